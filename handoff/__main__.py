@@ -1,0 +1,5 @@
+import sys
+
+from handoff.cli import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""The engine protocol shared by evaluation (tau2 Orchestrator) and training (verl agent loop).
+
+An engine knows nothing about chats or tools: it takes prompt token ids and returns the generated
+token ids, their text and why generation stopped. Rendering and parsing live in the agent.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class Sampling(BaseModel):
+    """Per-request sampling settings (a subset of vLLM's SamplingParams)."""
+
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(256, gt=0)
+    seed: int | None = None
+    logprobs: bool = False
+
+
+class Generation(BaseModel):
+    """One completion: the generated ids, their decoded text and the finish reason."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    logprobs: list[float] | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Synchronous engine interface used by the agent and the user simulator.
+
+    `session_id` names the conversation; engines with several replicas route all requests of one
+    session to the same replica so that vLLM's prefix cache is reused turn after turn.
+    """
+
+    def generate(
+        self, prompt_ids: list[int], sampling: Sampling, session_id: str | None = None
+    ) -> Generation: ...

@@ -1,0 +1,105 @@
+"""The episode log: one record per finished episode, grouped in shards written atomically.
+
+This is the single source every consumer reads: the reducer, the W&B logger, reports, comparisons
+and the tau2 export. A shard is a JSON-lines file: a header line (shard id, record count, sha256 of
+the body) followed by one EpisodeRecord per line. It appears under its final name only once it is
+complete (write to a temporary file, fsync, rename), so a crash never leaves a half shard behind,
+and a shard whose body does not match its checksum is reported as corrupt, never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel, Field
+
+from handoff.rules.events import FormatEvent
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    agent_turns: int = 0
+    user_completion_tokens: int = 0
+
+
+class EpisodeRecord(BaseModel):
+    """One episode as it ran: where it belongs in the sweep and the finalized tau2 SimulationRun."""
+
+    model: str = Field(description="checkpoint name (conf/model)")
+    step: int = Field(0, description="training step of the checkpoint, the x-axis of learning curves")
+    domain: str
+    task_id: str
+    trial: int = 0
+    seed: int
+    simulation: dict = Field(description="tau2 SimulationRun (model_dump(mode='json')), finalized")
+    format_events: list[FormatEvent] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    wall_s: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.model, self.domain, self.task_id, self.trial)
+
+    def simulation_run(self):
+        from tau2.data_model.simulation import SimulationRun
+
+        return SimulationRun.model_validate(self.simulation)
+
+
+class CorruptShard(Exception):
+    """A shard file that cannot be trusted (bad header, wrong count or checksum)."""
+
+
+def _body(records: Iterable[EpisodeRecord]) -> bytes:
+    return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+
+
+def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
+    """Write records atomically: the shard exists complete under `path` or not at all."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = _body(records)
+    header = {"shard_id": shard_id, "n": len(records), "sha256": hashlib.sha256(body).hexdigest()}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(header).encode() + b"\n" + body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_shard_header(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return _parse_header(path, f.readline())
+
+
+def _parse_header(path: Path, line: bytes) -> dict:
+    try:
+        header = json.loads(line)
+        assert {"shard_id", "n", "sha256"} <= header.keys()
+        return header
+    except Exception as exc:
+        raise CorruptShard(f"{path}: unreadable shard header") from exc
+
+
+def read_shard(path: Path) -> list[EpisodeRecord]:
+    """Read and verify a shard; raise CorruptShard if it does not match its header."""
+    data = Path(path).read_bytes()
+    first, _, body = data.partition(b"\n")
+    header = _parse_header(path, first)
+    if hashlib.sha256(body).hexdigest() != header["sha256"]:
+        raise CorruptShard(f"{path}: checksum mismatch")
+    lines = body.splitlines()
+    if len(lines) != header["n"]:
+        raise CorruptShard(f"{path}: {len(lines)} records, header says {header['n']}")
+    return [EpisodeRecord.model_validate_json(line) for line in lines]

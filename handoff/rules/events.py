@@ -1,0 +1,30 @@
+"""Format events: what the agent recorded about unusable or malformed turns.
+
+They are produced by the agent (handoff.agent) while an episode runs, because several of them never
+appear as messages (the turn was dropped), and they are read by the rules and the reward.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel
+
+
+class FormatKind(str, Enum):
+    UNPARSED_TOOL_CALL = "unparsed_tool_call"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    EMPTY_MESSAGE = "empty_message"
+    TRUNCATED_GENERATION = "truncated_generation"
+    PROTOCOL_ERROR = "protocol_error"
+
+
+class FormatEvent(BaseModel):
+    """One format problem. `turn` is the index in the finalized trajectory's `messages` of the
+    assistant message it concerns; for a turn that was dropped (the episode ended on it) it is the
+    index the message would have had, i.e. len(messages) at the end."""
+
+    kind: FormatKind
+    turn: int
+    detail: str = ""
