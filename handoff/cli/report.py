@@ -1,0 +1,26 @@
+"""`handoff report RUN_DIR`: Markdown and HTML report with plots in RUN_DIR/report."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("report", help=__doc__.split(":", 1)[1].strip(),
+                                   description=__doc__)
+    parser.add_argument("run_dir", help="run directory (runs/<name>)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from handoff.cli import UsageError
+    from handoff.report import reduce_run, write_report
+    from handoff.report.rundir import RunDirError
+
+    try:
+        paths = write_report(args.run_dir, reduce_run(args.run_dir))
+    except RunDirError as exc:
+        raise UsageError(str(exc)) from exc
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0

@@ -1,0 +1,68 @@
+"""Export a run's episodes as tau2 `Results` JSON, one file per (checkpoint, domain), so that
+tau2's own tools read them (`tau2 view`, `tau2.metrics.agent_metrics.compute_metrics`)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from handoff.records import CorruptShard, EpisodeRecord, read_shard
+from handoff.report.rundir import RunDir, write_atomic
+from handoff.tasks import get_task
+
+log = logging.getLogger(__name__)
+
+
+def _info(run: RunDir, model: str, domain: str, records: list[EpisodeRecord]):
+    from tau2.data_model.simulation import AgentInfo, Info, UserInfo
+    from tau2.registry import registry
+
+    cfg = run.config
+    episode, user = cfg.get("episode", {}), cfg.get("user", {})
+    return Info(
+        git_commit=str(run.manifest.get("tau2", {}).get("commit", "unknown")),
+        num_trials=max(r.trial for r in records) + 1,
+        max_steps=episode.get("max_steps", 0),
+        max_errors=episode.get("max_errors", 0),
+        user_info=UserInfo(implementation=f"handoff_user/{user.get('kind', 'unknown')}",
+                           llm=(user.get("model") or {}).get("name") or user.get("llm")),
+        agent_info=AgentInfo(implementation="handoff_agent", llm=model),
+        environment_info=registry.get_env_constructor(domain)().get_info(),
+        seed=cfg.get("seed"),
+    )
+
+
+def _records_by_slice(run: RunDir) -> dict[tuple[str, str], list[EpisodeRecord]]:
+    slices = defaultdict(list)
+    for shard in run.shards():
+        try:
+            records = read_shard(shard)
+        except CorruptShard as exc:
+            log.warning("not exported, corrupt shard: %s", exc)
+            continue
+        for record in records:
+            slices[(record.model, record.domain)].append(record)
+    return slices
+
+
+def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write <out_dir>/<checkpoint>__<domain>.json (default out_dir: run_dir/export)."""
+    from tau2.data_model.simulation import Results
+
+    run = RunDir(run_dir)
+    out = Path(out_dir) if out_dir is not None else run.root / "export"
+    paths = []
+    for (model, domain), records in sorted(_records_by_slice(run).items()):
+        records.sort(key=lambda r: r.key)
+        task_ids = sorted({r.task_id for r in records})
+        results = Results(
+            info=_info(run, model, domain, records),
+            tasks=[get_task(domain, task_id) for task_id in task_ids],
+            simulations=[r.simulation_run() for r in records],
+        )
+        path = out / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model)}__{domain}.json"
+        write_atomic(path, results.model_dump_json(indent=2))
+        paths.append(path)
+    return paths

@@ -1,0 +1,146 @@
+"""The reducer: scores every episode of a run with the rules and computes the metrics
+(docs/metrics.md) per (checkpoint, domain, rule id), per checkpoint and domain, and overall.
+
+It is incremental: each shard's scores are cached in reduced/scores/<shard>.jsonl under a key made
+of the shard's checksum and the scorer's fingerprint (weights, labels, version), so re-reducing
+after a resume reads only the shards that are new or changed. Everything in reduced/ can be
+deleted and rebuilt from the shards alone, and reducing twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from handoff.records import CorruptShard, read_shard, read_shard_header
+from handoff.report.rundir import RunDir, RunDirError, write_atomic
+from handoff.report.scoring import ScoredEpisode, Scorer
+from handoff.rules.metrics import compute_metrics
+
+log = logging.getLogger(__name__)
+
+ALL = "all"
+
+
+class GroupMetrics(BaseModel):
+    """Metrics of one slice of a run; `domain` and `rule` are "all" when not sliced on them."""
+
+    model: str
+    step: int
+    domain: str
+    rule: str
+    n_episodes: int
+    metrics: dict
+
+
+class Reduction(BaseModel):
+    run: str
+    n_episodes: int
+    shards: list[str]
+    corrupt_shards: list[str] = Field(default_factory=list)
+    failed_shards: list[str] = Field(default_factory=list)
+    groups: list[GroupMetrics]
+    episodes: list[ScoredEpisode] = Field(default_factory=list, exclude=True)
+
+    def group(self, model: str, domain: str = ALL, rule: str = ALL) -> GroupMetrics:
+        for g in self.groups:
+            if (g.model, g.domain, g.rule) == (model, domain, rule):
+                return g
+        raise KeyError((model, domain, rule))
+
+    def checkpoints(self) -> list[tuple[str, int]]:
+        """(name, step) of every checkpoint, in step order."""
+        return sorted({(g.model, g.step) for g in self.groups}, key=lambda c: (c[1], c[0]))
+
+    def domains(self) -> list[str]:
+        return sorted({g.domain for g in self.groups} - {ALL})
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Reduction":
+        """The last reduction written for a run (metrics only, no episodes)."""
+        return cls.model_validate_json((RunDir(run_dir).reduced / "metrics.json").read_text())
+
+
+def _cache_key(shard_sha: str, scorer: Scorer) -> dict:
+    return {"shard_sha256": shard_sha, "scorer": scorer.fingerprint}
+
+
+def _load_cached(path: Path, key: dict) -> list[ScoredEpisode] | None:
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        if json.loads(f.readline() or "null") != key:
+            return None
+        return [ScoredEpisode.model_validate_json(line) for line in f]
+
+
+def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpisode]:
+    """Scores of one shard, from the cache when the shard and the scorer are unchanged."""
+    key = _cache_key(read_shard_header(shard)["sha256"], scorer)
+    cache = cache_dir / shard.name
+    cached = _load_cached(cache, key)
+    if cached is not None:
+        return cached
+    scored = [scorer.score(record) for record in read_shard(shard)]
+    lines = [json.dumps(key)] + [s.model_dump_json() for s in scored]
+    write_atomic(cache, "\n".join(lines) + "\n")
+    return scored
+
+
+def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[str], list[str]]:
+    """All scored episodes of a run, sorted by key; also the shards read and those corrupt."""
+    cache_dir = run.reduced / "scores"
+    episodes, read, corrupt, seen = [], [], [], {}
+    for shard in run.shards():
+        try:
+            scored = _score_shard(shard, scorer, cache_dir)
+        except CorruptShard as exc:
+            log.warning("skipping corrupt shard: %s", exc)
+            corrupt.append(shard.stem)
+            continue
+        for ep in scored:
+            if ep.key in seen:
+                raise RunDirError(f"episode {ep.key} appears in shards {seen[ep.key]} and {shard.stem}")
+            seen[ep.key] = shard.stem
+        episodes.extend(scored)
+        read.append(shard.stem)
+    live = {f"{name}.jsonl" for name in read}
+    for stale in cache_dir.glob("*.jsonl"):  # shards that were removed or replaced
+        if stale.name not in live:
+            stale.unlink()
+    episodes.sort(key=lambda e: e.key)
+    return episodes, read, corrupt
+
+
+def _slices(episodes: list[ScoredEpisode]) -> dict[tuple[str, int, str, str], list[ScoredEpisode]]:
+    """Episodes per (checkpoint, step, domain, rule), each dimension also summed over ("all")."""
+    slices = defaultdict(list)
+    for ep in episodes:
+        for domain in (ep.score.domain, ALL):
+            for rule in (ep.score.label.rule, ALL):
+                slices[(ep.model, ep.step, domain, rule)].append(ep)
+    return slices
+
+
+def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
+    groups = []
+    for (model, step, domain, rule), eps in sorted(_slices(episodes).items()):
+        metrics = compute_metrics([e.score for e in eps])
+        groups.append(GroupMetrics(model=model, step=step, domain=domain, rule=rule,
+                                   n_episodes=len(eps), metrics=metrics.model_dump(mode="json")))
+    return groups
+
+
+def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
+    """Score what is new in the run, compute all metrics, write reduced/metrics.json."""
+    run = RunDir(run_dir)
+    episodes, read, corrupt = score_run(run, scorer or Scorer())
+    reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=read,
+                          corrupt_shards=corrupt, failed_shards=run.failed_shards(),
+                          groups=compute_groups(episodes), episodes=episodes)
+    write_atomic(run.reduced / "metrics.json", reduction.model_dump_json(indent=1) + "\n")
+    return reduction
