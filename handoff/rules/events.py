@@ -28,3 +28,8 @@ class FormatEvent(BaseModel):
     kind: FormatKind
     turn: int
     detail: str = ""
+
+
+TERMINATION_INFO_KEY = "handoff_termination"
+"""Key in a SimulationRun's `reward_info.info` holding a termination reason that tau2's
+TerminationReason cannot express (e.g. `context_window_exceeded`); tau2 then records agent_error."""

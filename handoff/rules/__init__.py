@@ -1,0 +1,35 @@
+"""The rules: pure functions over a normalized Trajectory (docs/rules.md).
+
+transferred, policy violations, format errors, the reward of ADR-004 and the metrics of
+docs/metrics.md (handoff.rules.metrics). Imports pydantic and tau2 only; no I/O beyond loading a
+trajectory or weights file on request.
+"""
+
+from handoff.rules.context import DomainTools, TaskContext, UnknownDomain
+from handoff.rules.events import FormatEvent, FormatKind
+from handoff.rules.formats import FormatError, format_errors
+from handoff.rules.label import Label
+from handoff.rules.score import EpisodeScore, RewardWeights, score_episode
+from handoff.rules.trajectory import Trajectory, TrajectoryLoadError, load_trajectories, transferred
+from handoff.rules.violations import RuleId, Violation, violations
+
+__all__ = [
+    "DomainTools",
+    "EpisodeScore",
+    "FormatError",
+    "FormatEvent",
+    "FormatKind",
+    "Label",
+    "RewardWeights",
+    "RuleId",
+    "TaskContext",
+    "Trajectory",
+    "TrajectoryLoadError",
+    "UnknownDomain",
+    "Violation",
+    "format_errors",
+    "load_trajectories",
+    "score_episode",
+    "transferred",
+    "violations",
+]

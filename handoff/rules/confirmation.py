@@ -1,0 +1,70 @@
+"""Does a user message explicitly confirm? A lexical check, exactly as the spec defines it.
+
+A message confirms when one of its clauses holds an affirmative (yes, confirm, go ahead, ...) that
+is not negated: no negation within the three words before it in its clause, nor right after it.
+A message that opens with a refusal ("No, please do not proceed") never confirms. Clauses end at
+punctuation. Known limitation (spec): the check is lexical, so "Okay, but actually no" confirms.
+"""
+
+from __future__ import annotations
+
+import re
+
+AFFIRMATIVES: tuple[tuple[str, ...], ...] = tuple(
+    tuple(phrase.split())
+    for phrase in (
+        "yes", "yeah", "yep", "yup", "sure", "ok", "okay", "alright", "all right",
+        "confirm", "confirmed", "proceed", "go ahead", "please do", "do it", "correct",
+        "that's right", "absolutely", "definitely", "certainly", "agreed", "sounds good", "affirmative",
+    )
+)  # fmt: skip
+NEGATORS = frozenset(
+    {"no", "not", "never", "nope", "nah", "cannot", "neither", "nor", "dont", "didnt", "doesnt", "isnt", "cant", "wont"}
+)  # plus every word ending in n't
+REFUSAL_OPENERS = frozenset({"no", "nope", "nah", "not", "never", "don't", "dont", "negative", "stop"})
+NOT_REFUSALS = frozenset({("no", "problem"), ("no", "worries")})
+NEGATION_WINDOW = 3
+
+_CLAUSE_END = re.compile(r"[.,;:!?\n]+")
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+
+
+def confirms(text: str | None) -> bool:
+    """True when the message holds an explicit, non-negated affirmative and opens with no refusal."""
+    clauses = [_WORD.findall(c) for c in _CLAUSE_END.split(_normalize(text or ""))]
+    clauses = [c for c in clauses if c]
+    if not clauses or _opens_with_refusal(clauses[0]):
+        return False
+    return any(_has_affirmative(words) for words in clauses)
+
+
+def _normalize(text: str) -> str:
+    return text.lower().replace("\u2019", "'")
+
+
+def _opens_with_refusal(words: list[str]) -> bool:
+    if tuple(words[:2]) in NOT_REFUSALS:
+        return False
+    return words[0] in REFUSAL_OPENERS or words[:2] == ["do", "not"]
+
+
+def _is_negator(word: str) -> bool:
+    return word in NEGATORS or word.endswith("n't")
+
+
+_BY_FIRST_WORD: dict[str, list[tuple[str, ...]]] = {}
+for _phrase in AFFIRMATIVES:
+    _BY_FIRST_WORD.setdefault(_phrase[0], []).append(_phrase)
+
+
+def _has_affirmative(words: list[str]) -> bool:
+    for start, word in enumerate(words):
+        for phrase in _BY_FIRST_WORD.get(word, ()):
+            end = start + len(phrase)
+            if tuple(words[start:end]) != phrase:
+                continue
+            before = words[max(0, start - NEGATION_WINDOW) : start]
+            after = words[end : end + 1]
+            if not any(map(_is_negator, before + after)):
+                return True
+    return False

@@ -1,0 +1,159 @@
+"""The episode score and the reward of ADR-004 (docs/adr/004-reward.md):
+
+    reward = task * tau2_reward + handoff[cell] - min(max_penalty, sum of penalties)
+
+`cell` is the hand-off decision against the label (true/false positive/negative, where
+"positive" means a transfer); the penalties are weight x count for each violation (rule, turn)
+and each format error (kind, turn). `transferred` is the same function the metrics use, so the
+reward and the label never disagree about whether a hand-off happened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from handoff.rules.context import TaskContext
+from handoff.rules.events import FormatKind
+from handoff.rules.formats import FormatError, format_errors
+from handoff.rules.label import Label
+from handoff.rules.trajectory import Trajectory, transferred
+from handoff.rules.violations import RuleId, Violation, violations
+
+REWARD_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "reward"
+
+
+class HandoffWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    true_positive: float
+    true_negative: float
+    false_positive: float
+    false_negative: float
+
+    def of(self, transferred: bool, should_transfer: bool) -> float:
+        if transferred:
+            return self.true_positive if should_transfer else self.false_positive
+        return self.false_negative if should_transfer else self.true_negative
+
+
+class RewardWeights(BaseModel):
+    """All reward weights (conf/reward/*.yaml). Every rule and format kind needs its weight."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: float = Field(description="weight of tau2's task reward")
+    handoff: HandoffWeights
+    violations: dict[RuleId, float] = Field(description="penalty per violation (rule, turn)")
+    format_errors: dict[FormatKind, float] = Field(description="penalty per format error (kind, turn)")
+    max_penalty: Optional[float] = Field(None, ge=0, description="cap on the summed penalties; null: none")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "RewardWeights":
+        for name, table, keys in (("violations", self.violations, RuleId), ("format_errors", self.format_errors, FormatKind)):
+            missing = [k.value for k in keys if k not in table]
+            if missing:
+                raise ValueError(f"{name}: no weight for {', '.join(missing)}")
+        return self
+
+    @classmethod
+    def load(cls, path_or_name: str | Path = "default") -> "RewardWeights":
+        """From a YAML file, or by name from conf/reward/<name>.yaml."""
+        path = Path(path_or_name)
+        if not path.suffix:
+            path = REWARD_CONF_DIR / f"{path_or_name}.yaml"
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"cannot read reward weights {path}: {exc}") from exc
+        return cls.model_validate(data)
+
+
+class RewardTerms(BaseModel):
+    task: float
+    handoff: float
+    violations: float
+    format_errors: float
+    penalty: float = Field(description="violations + format_errors, after the cap")
+
+
+class EpisodeScore(BaseModel):
+    """One episode as the rules see it: the record behind the reducer, reports and `handoff score`."""
+
+    task_id: str
+    domain: str
+    trial: Optional[int] = None
+    transferred: bool
+    label: Label
+    violations: list[Violation]
+    format_errors: list[FormatError]
+    tau2_reward: Optional[float]
+    reward: float
+    reward_terms: RewardTerms
+    termination_reason: str
+    n_assistant_turns: int
+    n_messages: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def correct_handoff(self) -> bool:
+        return self.transferred == self.label.should_transfer
+
+
+def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: RewardWeights) -> EpisodeScore:
+    found_violations = violations(traj, ctx)
+    found_errors = format_errors(traj, ctx)
+    did_transfer = transferred(traj)
+    terms = reward_terms(did_transfer, label, found_violations, found_errors, traj.tau2_reward, weights)
+    return EpisodeScore(
+        task_id=traj.task_id,
+        domain=traj.domain,
+        trial=traj.trial,
+        transferred=did_transfer,
+        label=label,
+        violations=found_violations,
+        format_errors=found_errors,
+        tau2_reward=traj.tau2_reward,
+        reward=terms.task + terms.handoff - terms.penalty,
+        reward_terms=terms,
+        termination_reason=traj.termination_reason,
+        n_assistant_turns=assistant_turn_count(traj),
+        n_messages=len(traj.messages),
+        prompt_tokens=traj.prompt_tokens,
+        completion_tokens=traj.completion_tokens,
+    )
+
+
+def reward_terms(
+    did_transfer: bool,
+    label: Label,
+    found_violations: list[Violation],
+    found_errors: list[FormatError],
+    tau2_reward: Optional[float],
+    weights: RewardWeights,
+) -> RewardTerms:
+    """The reward's parts (ADR-004). A missing tau2 reward (not evaluated) counts as 0."""
+    violation_penalty = sum(weights.violations[v.rule] for v in found_violations)
+    format_penalty = sum(weights.format_errors[e.kind] for e in found_errors)
+    penalty = violation_penalty + format_penalty
+    if weights.max_penalty is not None:
+        penalty = min(penalty, weights.max_penalty)
+    return RewardTerms(
+        task=weights.task * (tau2_reward or 0.0),
+        handoff=weights.handoff.of(did_transfer, label.should_transfer),
+        violations=violation_penalty,
+        format_errors=format_penalty,
+        penalty=penalty,
+    )
+
+
+def assistant_turn_count(traj: Trajectory) -> int:
+    """The agent's turns: assistant messages after the first user message (tau2's canned greeting
+    is not a model turn), plus the final turn the agent dropped if it recorded one."""
+    first_user = next((i for i, m in enumerate(traj.messages) if m.role == "user"), -1)
+    dropped = any(e.turn >= len(traj.messages) for e in traj.format_events)
+    return sum(1 for t in traj.assistant_turns if t > first_user) + dropped

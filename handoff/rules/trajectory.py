@@ -1,0 +1,207 @@
+"""The normalized Trajectory: what the rules read from a tau2 SimulationRun, and nothing more.
+
+Messages keep only role, text, tool calls (id, name, arguments), the tool error flag and the
+requestor, so that thousands of episodes load and score in seconds. `turn` everywhere is an index
+in `messages`, the same index as in the SimulationRun (tau2's MultiToolMessage is flattened, as
+tau2 itself stores tool results).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Literal, NamedTuple, Optional
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from handoff.rules.events import TERMINATION_INFO_KEY, FormatEvent
+
+TRANSFER_TOOL = "transfer_to_human_agents"
+
+
+class TrajectoryLoadError(ValueError):
+    """A file or object that is not a tau2 SimulationRun / results JSON."""
+
+
+class Call(BaseModel):
+    id: str = ""
+    name: str
+    arguments: dict
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _json_arguments(cls, value: Any) -> Any:
+        # OpenAI-style payloads carry arguments as a JSON string.
+        return json.loads(value) if isinstance(value, str) else value
+
+
+class Msg(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Optional[str] = None
+    tool_calls: list[Call] = Field(default_factory=list)
+    id: str = Field("", description="tool messages: the id of the call answered")
+    error: bool = Field(False, description="tool messages: the tool raised")
+    requestor: Literal["user", "assistant"] = "assistant"
+
+    @field_validator("tool_calls", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return value or []
+
+    @property
+    def has_text(self) -> bool:
+        return bool(self.content and self.content.strip())
+
+
+class AgentCall(NamedTuple):
+    """An assistant tool call with its result: `ok` is True/False for a tool message without/with
+    the error flag, None when no result was recorded (the episode ended first)."""
+
+    turn: int
+    call: Call
+    ok: Optional[bool]
+
+
+class Trajectory(BaseModel):
+    task_id: str
+    domain: str
+    trial: Optional[int] = None
+    termination_reason: str
+    tau2_reward: Optional[float] = None
+    messages: list[Msg]
+    format_events: list[FormatEvent] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @classmethod
+    def from_simulation(
+        cls,
+        sim: Any,
+        domain: str,
+        format_events: Iterable[FormatEvent] = (),
+        *,
+        prompt_tokens: Optional[int] = None,
+        completion_tokens: Optional[int] = None,
+    ) -> "Trajectory":
+        """From a tau2 SimulationRun (object or its JSON dict) and the agent's format events.
+        Token counts default to the sum of the assistant messages' `usage`."""
+        data = sim.model_dump(mode="json") if isinstance(sim, BaseModel) else sim
+        try:
+            messages = list(_flatten(data["messages"]))
+            reward_info = data.get("reward_info") or {}
+            usage = _usage(messages)
+            return cls(
+                task_id=str(data["task_id"]),
+                domain=domain,
+                trial=data.get("trial"),
+                termination_reason=(reward_info.get("info") or {}).get(TERMINATION_INFO_KEY)
+                or data["termination_reason"],
+                tau2_reward=reward_info.get("reward"),
+                messages=messages,
+                format_events=list(format_events),
+                prompt_tokens=usage[0] if prompt_tokens is None else prompt_tokens,
+                completion_tokens=usage[1] if completion_tokens is None else completion_tokens,
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise TrajectoryLoadError(f"not a tau2 SimulationRun: {_short(exc)}") from exc
+
+    @classmethod
+    def load_results(cls, path: str | Path) -> list["Trajectory"]:
+        """All simulations of a tau2 results JSON (as `tau2 run` writes it)."""
+        data = _read_json(path)
+        if not (isinstance(data, dict) and "simulations" in data):
+            raise TrajectoryLoadError(f"{path}: not a tau2 results JSON (no 'simulations')")
+        return _from_results(data, path)
+
+    @cached_property
+    def agent_calls(self) -> list[AgentCall]:
+        """Every assistant tool call in order, paired with its result."""
+        calls = []
+        for turn, msg in enumerate(self.messages):
+            if msg.role == "assistant" and msg.tool_calls:
+                results = _results_after(self.messages, turn)
+                calls.extend(AgentCall(turn, call, _outcome(call, i, results)) for i, call in enumerate(msg.tool_calls))
+        return calls
+
+    @property
+    def assistant_turns(self) -> list[int]:
+        return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
+
+
+def load_trajectories(path: str | Path, domain: Optional[str] = None) -> list[Trajectory]:
+    """A tau2 results JSON (domain read from the file) or a single SimulationRun JSON (domain
+    required). A `domain` that contradicts the results file is an error."""
+    data = _read_json(path)
+    if isinstance(data, dict) and "simulations" in data:
+        found = _from_results(data, path)
+        if domain and found and found[0].domain != domain:
+            raise TrajectoryLoadError(f"{path}: results are for domain {found[0].domain!r}, not {domain!r}")
+        return found
+    if isinstance(data, dict) and "messages" in data:
+        if not domain:
+            raise TrajectoryLoadError(f"{path}: a single SimulationRun does not name its domain; pass --domain")
+        return [Trajectory.from_simulation(data, domain)]
+    raise TrajectoryLoadError(f"{path}: neither a tau2 results JSON nor a SimulationRun JSON")
+
+
+def transferred(traj: Trajectory) -> bool:
+    """The agent called transfer_to_human_agents, whatever the tool returned."""
+    return any(c.call.name == TRANSFER_TOOL for c in traj.agent_calls)
+
+
+def _read_json(path: str | Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TrajectoryLoadError(f"{path}: cannot read JSON: {_short(exc)}") from exc
+
+
+def _from_results(data: dict, path: str | Path) -> list[Trajectory]:
+    try:
+        domain = data["info"]["environment_info"]["domain_name"]
+    except (KeyError, TypeError) as exc:
+        raise TrajectoryLoadError(f"{path}: results without info.environment_info.domain_name") from exc
+    return [Trajectory.from_simulation(sim, domain) for sim in data["simulations"]]
+
+
+def _flatten(messages: list[dict]) -> Iterable[dict]:
+    for msg in messages:
+        if msg["role"] == "tool" and "tool_messages" in msg:  # MultiToolMessage
+            yield from msg["tool_messages"]
+        else:
+            yield msg
+
+
+def _usage(messages: list[dict]) -> tuple[int, int]:
+    prompt = completion = 0
+    for msg in messages:
+        usage = msg.get("usage") if msg["role"] == "assistant" else None
+        if usage:
+            prompt += usage.get("prompt_tokens") or 0
+            completion += usage.get("completion_tokens") or 0
+    return prompt, completion
+
+
+def _results_after(messages: list[Msg], turn: int) -> list[Msg]:
+    results = []
+    for msg in messages[turn + 1 :]:
+        if msg.role != "tool":
+            break
+        results.append(msg)
+    return results
+
+
+def _outcome(call: Call, position: int, results: list[Msg]) -> Optional[bool]:
+    """Pair by call id when one matches, else by position (tau2 answers calls in order)."""
+    match = next((r for r in results if call.id and r.id == call.id), None)
+    if match is None and position < len(results):
+        match = results[position]
+    return None if match is None else not match.error
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        return f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+    return str(exc)
