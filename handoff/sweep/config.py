@@ -1,0 +1,262 @@
+"""The sweep's config: the pydantic schema of the composed Hydra config (conf/sweep.yaml).
+
+`validate(cfg)` runs before Ray starts: it checks types, ranges and that paths exist, expands
+checkpoint globs, and raises ConfigError whose message names every bad key (`model.x.path: ...`).
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from handoff.engine.base import Sampling
+
+# Keys that say where and how fast a sweep runs, not what it computes: they may change on resume.
+EXECUTION_KEYS = ("run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger")
+
+
+class ConfigError(ValueError):
+    """A composed config that cannot run; the message names the offending keys."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(Strict):
+    """One checkpoint (`path`), or every checkpoint directory matching `glob`, or a list (`paths`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    path: str | None = None
+    paths: list[str] | None = None
+    glob: str | None = None
+    step: int = Field(0, ge=0)
+    step_regex: str | None = None
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    tool_parser: str = "hermes"
+    max_model_len: int = Field(8192, gt=0)
+    sampling: Sampling = Field(default_factory=Sampling)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("path", "paths", "glob") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of path, paths, glob (got {given or 'none'})")
+        return self
+
+
+class Checkpoint(Strict):
+    """A concrete checkpoint to evaluate (a ModelConfig after glob/list expansion)."""
+
+    name: str
+    path: str
+    step: int
+    tokenizer: str | None
+    chat_template: str | None
+    tool_parser: str
+    max_model_len: int
+    sampling: Sampling
+
+
+class DomainConfig(Strict):
+    name: Literal["airline", "retail"]
+
+
+class UserConfig(Strict):
+    kind: Literal["engine", "litellm"]
+    model: ModelConfig | None = None
+    max_context_tokens: int = Field(8192, gt=0)
+    llm: str | None = None
+    llm_args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _needs(self):
+        if self.kind == "engine" and self.model is None:
+            raise ValueError("user.kind=engine needs user.model")
+        if self.kind == "engine" and self.model.path is None:
+            raise ValueError("user.model needs a single path")
+        if self.kind == "litellm" and not self.llm:
+            raise ValueError("user.kind=litellm needs user.llm")
+        return self
+
+
+class EngineConfig(Strict):
+    kind: Literal["vllm", "scripted"]
+    device: Literal["cpu", "gpu"]
+    replicas: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    cpus: float = Field(1.0, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    kv_cache_gib: float = Field(1, gt=0)
+    max_num_seqs: int = Field(32, ge=1)
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = True
+    max_restarts: int = Field(3, ge=0)
+    request_timeout_s: float = Field(600, gt=0)
+    script: Any = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tensor_parallel_size if self.device == "gpu" else 0
+
+
+class ClusterConfig(Strict):
+    address: str | None = None
+    num_cpus: int | None = Field(None, ge=1)
+    num_gpus: int | None = Field(None, ge=0)
+    object_store_mb: int | None = Field(None, ge=64)
+    temp_dir: str | None = None
+
+
+class LoggerConfig(Strict):
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "handoff"
+    entity: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class TasksConfig(Strict):
+    split: Literal["train", "test"] | None = "test"
+    kinds: list[str] | None = None
+    ids: list[str] | None = None
+    offset: int = Field(0, ge=0)
+    limit: int | None = Field(None, ge=1)
+
+
+class EpisodeConfig(Strict):
+    max_steps: int = Field(30, ge=2)
+    max_errors: int = Field(4, ge=1)
+
+
+class WorkersConfig(Strict):
+    processes: int | None = Field(None, ge=1)
+    threads: int = Field(8, ge=1)
+    cpus: float = Field(0.5, gt=0)
+
+
+class SweepConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    run_dir: str
+    resume: str | None = None
+    seed: int = 0
+    trials: int = Field(1, ge=1)
+    shard_size: int = Field(2, ge=1)
+    max_attempts: int = Field(3, ge=1)
+    episode_timeout_s: float = Field(1800, gt=0)
+    model: dict[str, ModelConfig] = Field(min_length=1)
+    domain: dict[str, DomainConfig] = Field(min_length=1)
+    user: UserConfig
+    engine: EngineConfig
+    cluster: ClusterConfig
+    logger: LoggerConfig
+    reward: dict[str, Any] = Field(default_factory=dict)
+    tasks: TasksConfig
+    episode: EpisodeConfig
+    workers: WorkersConfig
+
+    def domains(self) -> list[str]:
+        return sorted(d.name for d in self.domain.values())
+
+
+def to_container(cfg: DictConfig | dict) -> dict:
+    """The resolved config as plain data (Hydra's own `hydra` node dropped)."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    data.pop("hydra", None)
+    return data
+
+
+def _key(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _check_paths(cfg: SweepConfig) -> list[str]:
+    errors = []
+    for key, m in cfg.model.items():
+        if m.path is not None and not Path(m.path).is_dir():
+            errors.append(f"model.{key}.path: checkpoint directory {m.path} does not exist")
+        for i, p in enumerate(m.paths or []):
+            if not Path(p).is_dir():
+                errors.append(f"model.{key}.paths.{i}: checkpoint directory {p} does not exist")
+        if m.glob is not None and not [p for p in globlib.glob(m.glob) if Path(p).is_dir()]:
+            errors.append(f"model.{key}.glob: no checkpoint directory matches {m.glob}")
+        if m.tokenizer is not None and not Path(m.tokenizer).exists():
+            errors.append(f"model.{key}.tokenizer: {m.tokenizer} does not exist")
+    um = cfg.user.model
+    if cfg.user.kind == "engine" and um is not None and not Path(um.path).is_dir():
+        errors.append(f"user.model.path: checkpoint directory {um.path} does not exist")
+    return errors
+
+
+def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
+    """The composed config as a SweepConfig, or ConfigError naming each bad key."""
+    data = to_container(cfg)
+    try:
+        sweep = SweepConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{_key(e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(lines)) from None
+    errors = _check_paths(sweep) if check_paths else []
+    if errors:
+        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(errors))
+    return sweep
+
+
+def parse_step(path: str, step_regex: str | None) -> int | None:
+    """The training step in a checkpoint path: `step_regex`'s first group (last match), else the
+    last number in the path (global_step_120/actor/huggingface -> 120)."""
+    pattern = step_regex or r"(\d+)"
+    matches = re.findall(pattern, path)
+    if not matches:
+        return None
+    last = matches[-1]
+    return int(last[0] if isinstance(last, tuple) else last)
+
+
+def checkpoints(cfg: SweepConfig) -> list[Checkpoint]:
+    """Every checkpoint of the sweep, ordered by (step, name); names are unique."""
+    out: list[Checkpoint] = []
+    for key, m in cfg.model.items():
+        common = m.model_dump(include={"tokenizer", "chat_template", "tool_parser", "max_model_len", "sampling"})
+        if m.path is not None:
+            out.append(Checkpoint(name=m.name, path=m.path, step=m.step, **common))
+            continue
+        paths = m.paths if m.paths is not None else sorted(p for p in globlib.glob(m.glob) if Path(p).is_dir())
+        source = "paths" if m.paths is not None else "glob"
+        for p in paths:
+            step = parse_step(p, m.step_regex)
+            if step is None:
+                raise ConfigError(f"model.{key}.{source}: no training step in {p} (set model.{key}.step_regex)")
+            out.append(Checkpoint(name=f"{m.name}-step{step}", path=p, step=step, **common))
+    names = [c.name for c in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"model: checkpoint names are not unique: {dupes} (give each a distinct name)")
+    return sorted(out, key=lambda c: (c.step, c.name))
+
+
+def result_config(data: dict) -> dict:
+    """The part of the resolved config that decides the results (EXECUTION_KEYS left out)."""
+    return {k: v for k, v in data.items() if k not in EXECUTION_KEYS}
+
+
+def config_hash(data: dict) -> str:
+    blob = json.dumps(result_config(data), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The keys whose values differ between two plain configs, as `key: old -> new` lines."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += diff(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix[:-1] or '<root>'}: {old!r} -> {new!r}"]

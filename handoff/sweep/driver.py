@@ -1,0 +1,237 @@
+"""The sweep driver: starts engine actors checkpoint by checkpoint (plus the user simulator's, kept
+for the whole sweep and shared when it is the same checkpoint), feeds episodes to the worker
+pool, records each finished episode at once, writes each finished shard atomically, and retries.
+
+Attempts are counted per shard: an attempt ends when one of its episodes fails (a dead worker, an
+engine that stayed down, a timeout, an exception), and the failed episodes are resubmitted under
+the next attempt; all the episodes that one crash takes down count as one attempt. A shard whose
+attempts are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
+partial/<id>.jsonl for the next resume.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from handoff.records import EpisodeRecord
+from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig
+from handoff.sweep.engines import EngineHost, actor_env
+from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.rundir import SweepRun
+from handoff.sweep.worker import EngineRef, EpisodeWorker
+
+
+@dataclass
+class ShardState:
+    shard: Shard
+    records: dict[tuple, EpisodeRecord]
+    attempt: int = 1
+    failed: bool = False
+    last_error: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.records) == len(self.shard.episodes)
+
+
+@dataclass
+class Inflight:
+    state: ShardState
+    episode: Episode
+    worker: int
+    attempt: int
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Summary:
+    episodes_total: int
+    episodes_done: int
+    shards_done: list[str]
+    shards_failed: list[str]
+    episode_failures: int
+    wall_s: float
+
+
+def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float) -> None:
+    """Engines of one checkpoint (and the user's) must fit the cluster, with room for a worker."""
+    e = cfg.engine
+    need_gpus = engine_sets * e.replicas * e.num_gpus
+    if need_gpus > gpus:
+        raise ConfigError(f"engine.replicas: {engine_sets} engine set(s) x {e.replicas} replicas x "
+                          f"{e.num_gpus} GPUs (engine.tensor_parallel_size) exceed the cluster's {gpus:g} GPUs")
+    need_cpus = engine_sets * e.replicas * e.cpus + cfg.workers.cpus
+    if need_cpus > cpus:
+        raise ConfigError(f"engine.cpus: {engine_sets} engine set(s) x {e.replicas} replicas x {e.cpus} CPUs "
+                          f"+ workers.cpus {cfg.workers.cpus} exceed the cluster's {cpus:g} CPUs")
+
+
+class Driver:
+    def __init__(self, cfg: SweepConfig, run: SweepRun, ckpts: list[Checkpoint], shards: list[Shard],
+                 progress: bool = True):
+        import ray
+
+        self.ray, self.cfg, self.run, self.ckpts = ray, cfg, run, ckpts
+        self.states = {s.id: ShardState(s, {}) for s in shards}
+        self.total = sum(len(s.episodes) for s in shards)
+        self.failures = 0
+        self.progress = progress
+        self.workers: list = []
+        self.load: list[int] = []
+
+    # -- engines --------------------------------------------------------------------------------
+    def _user_checkpoint(self) -> Checkpoint | None:
+        u = self.cfg.user
+        if u.kind != "engine":
+            return None
+        m = u.model
+        return Checkpoint(name=m.name, path=m.path, step=m.step, tokenizer=m.tokenizer,
+                          chat_template=m.chat_template, tool_parser=m.tool_parser,
+                          max_model_len=m.max_model_len, sampling=m.sampling)
+
+    def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
+        return user is not None and self.cfg.engine.kind != "scripted" and ck.path == user.path
+
+    def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
+        e = self.cfg.engine
+        actor = self.ray.remote(EngineHost).options(
+            num_cpus=e.cpus, num_gpus=e.num_gpus, max_restarts=e.max_restarts, max_task_retries=-1,
+            max_concurrency=1000, runtime_env={"env_vars": actor_env(ck, e)},
+        )
+        replicas = [actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
+                    for _ in range(e.replicas)]
+        self.ray.get([r.ready.remote() for r in replicas], timeout=e.request_timeout_s)
+        return EngineRef(ck, replicas)
+
+    def stop_engines(self, ref: EngineRef | None) -> None:
+        for replica in ref.replicas if ref else []:
+            self.ray.kill(replica)
+
+    # -- workers --------------------------------------------------------------------------------
+    def start_workers(self, pending: int) -> None:
+        w = self.cfg.workers
+        if w.processes is not None:
+            n = w.processes
+        else:
+            free = self.ray.cluster_resources().get("CPU", 1) - self._engine_cpus()
+            n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
+        actor = self.ray.remote(EpisodeWorker).options(
+            num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=0)
+        config = self.cfg.model_dump(mode="json")
+        self.workers = [actor.remote(config) for _ in range(n)]
+        self.load = [0] * n
+        self.ray.get([h.ping.remote() for h in self.workers], timeout=300)
+
+    def _engine_cpus(self) -> float:
+        return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.cpus
+
+    def engine_sets(self) -> int:
+        """Engine sets alive at once: the current checkpoint's, plus the user's unless shared."""
+        user = self._user_checkpoint()
+        return 1 if user is None or all(self._shares_user_engine(c, user) for c in self.ckpts) else 2
+
+    # -- the loop -------------------------------------------------------------------------------
+    def execute(self) -> Summary:
+        started = time.monotonic()
+        todo = {sid: st for sid, st in self.states.items() if not self.run.is_done(st.shard)}
+        for st in todo.values():
+            st.records = self.run.read_partial(st.shard)
+        done_before = self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
+        user_ck = self._user_checkpoint()
+        res = self.ray.cluster_resources()
+        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0))
+        bar = tqdm(total=self.total, initial=done_before, unit="ep", desc=self.cfg.name,
+                   disable=not self.progress, dynamic_ncols=True)
+        for st in [st for st in todo.values() if st.complete]:  # all episodes found in partial/
+            self._finish(st)
+        pending = [st for st in todo.values() if not st.complete]
+        user_ref = None
+        try:
+            if pending:
+                self.start_workers(sum(len(st.shard.episodes) - len(st.records) for st in pending))
+                user_ref = self.start_engines(user_ck, "user") if user_ck is not None else None
+            for ck in self.ckpts:
+                mine = [st for st in pending if st.shard.model == ck.name]
+                if not mine:
+                    continue
+                shared = self._shares_user_engine(ck, user_ck)
+                agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
+                try:
+                    self._run_shards(mine, agent_ref, user_ref, bar)
+                finally:
+                    if not shared:
+                        self.stop_engines(agent_ref)
+        finally:
+            self.stop_engines(user_ref)
+            for w in self.workers:
+                self.ray.kill(w)
+            bar.close()
+        done = [sid for sid, st in self.states.items() if sid not in todo or st.complete]
+        return Summary(
+            episodes_total=self.total,
+            episodes_done=sum(len(st.shard.episodes) if sid not in todo else len(st.records)
+                              for sid, st in self.states.items()),
+            shards_done=sorted(done), shards_failed=self.run.failed_ids(),
+            episode_failures=self.failures, wall_s=time.monotonic() - started)
+
+    def _run_shards(self, states: list[ShardState], agent: EngineRef, user: EngineRef | None, bar) -> None:
+        queue = deque((st, ep) for st in states for ep in st.shard.episodes if ep.key not in st.records)
+        inflight: dict = {}
+        capacity = len(self.workers) * self.cfg.workers.threads
+        while queue or inflight:
+            while queue and len(inflight) < capacity:
+                st, ep = queue.popleft()
+                if st.failed:
+                    continue
+                w = min(range(len(self.workers)), key=self.load.__getitem__)
+                ref = self.workers[w].run.remote(ep.model_dump(), agent, user)
+                inflight[ref] = Inflight(st, ep, w, st.attempt)
+                self.load[w] += 1
+            ready, _ = self.ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                item = inflight.pop(ref)
+                self.load[item.worker] -= 1
+                try:
+                    record = EpisodeRecord.model_validate(self.ray.get(ref, timeout=60))
+                except Exception as exc:  # noqa: BLE001 - every failure is an attempt of the shard
+                    self._failed(item, exc, queue, bar)
+                    continue
+                self._record(item.state, record, bar)
+            for ref, item in list(inflight.items()):
+                if time.monotonic() - item.started > self.cfg.episode_timeout_s:
+                    inflight.pop(ref)
+                    self.load[item.worker] -= 1
+                    self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"), queue, bar)
+
+    def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:
+        if record.key in st.records:  # a late duplicate (e.g. after a timeout): keep the first
+            return
+        st.records[record.key] = record
+        self.run.append_partial(st.shard.id, record)
+        bar.update(1)
+        if st.complete:
+            self._finish(st)
+
+    def _finish(self, st: ShardState) -> None:
+        self.run.write_done(st.shard, st.records)
+        st.failed = False
+
+    def _failed(self, item: Inflight, exc: Exception, queue: deque, bar) -> None:
+        st = item.state
+        self.failures += 1
+        st.last_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
+        if item.attempt == st.attempt:  # the first failure of this attempt ends it
+            st.attempt += 1
+        if st.attempt > self.cfg.max_attempts:
+            if not st.failed:
+                st.failed = True
+                self.run.write_failed(st.shard.id, st.last_error, self.cfg.max_attempts)
+        else:
+            queue.appendleft((st, item.episode))
+        bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))

@@ -1,0 +1,74 @@
+"""The shard plan: checkpoint x domain x task slice x trial, with deterministic per-episode seeds.
+
+The plan is a pure function of the validated config and the task set, so a resumed sweep can
+recompute it and check that it is the one recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from pydantic import BaseModel
+
+from handoff.sweep.config import Checkpoint, SweepConfig
+
+
+class Episode(BaseModel):
+    model: str
+    step: int
+    domain: str
+    task_id: str
+    trial: int
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.model, self.domain, self.task_id, self.trial)
+
+
+class Shard(BaseModel):
+    id: str
+    model: str
+    domain: str
+    trial: int
+    episodes: list[Episode]
+
+
+def episode_seed(sweep_seed: int, domain: str, task_id: str, trial: int) -> int:
+    """A 31-bit seed from sha256 (stable across processes, unlike the salted hash()). The
+    checkpoint is left out so that every checkpoint meets the same user randomness."""
+    digest = hashlib.sha256(f"{sweep_seed}/{domain}/{task_id}/{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def select_tasks(cfg: SweepConfig, domain: str) -> list:
+    """The tasks of `domain` selected by cfg.tasks, in the task set's order."""
+    from handoff.tasks import get_task, load_tasks
+
+    t = cfg.tasks
+    if t.ids is not None:
+        return [get_task(domain, task_id) for task_id in t.ids]
+    tasks = load_tasks(domain, split=t.split, kinds=t.kinds)
+    end = None if t.limit is None else t.offset + t.limit
+    return list(tasks)[t.offset:end]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def plan_shards(cfg: SweepConfig, ckpts: list[Checkpoint], task_ids: dict[str, list[str]]) -> list[Shard]:
+    """Shards in run order: checkpoint by checkpoint (its engines are loaded once), then domain."""
+    shards = []
+    for ck in ckpts:
+        for domain in cfg.domains():
+            ids = task_ids[domain]
+            for trial in range(cfg.trials):
+                for start in range(0, len(ids), cfg.shard_size):
+                    chunk = ids[start:start + cfg.shard_size]
+                    episodes = [Episode(model=ck.name, step=ck.step, domain=domain, task_id=tid, trial=trial,
+                                        seed=episode_seed(cfg.seed, domain, tid, trial)) for tid in chunk]
+                    sid = f"{_safe(ck.name)}__{domain}__t{trial}__{start // cfg.shard_size:04d}"
+                    shards.append(Shard(id=sid, model=ck.name, domain=domain, trial=trial, episodes=episodes))
+    return shards

@@ -1,0 +1,148 @@
+"""A sweep from a composed config to a reported run directory.
+
+Order matters: validate the config (errors name the key), plan the shards and write the manifest,
+and only then start Ray and the engines. A resume recomposes the recorded overrides (plus any new
+ones), and refuses if the config, the tasks, the labels or tau2 changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from handoff.sweep.config import ClusterConfig, ConfigError, SweepConfig, checkpoints, to_container, validate
+from handoff.sweep.driver import Driver, Summary
+from handoff.sweep.manifest import ResumeRefused, build, check_resumable
+from handoff.sweep.plan import plan_shards, select_tasks
+from handoff.sweep.rundir import SweepRun
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """conf/sweep.yaml with Hydra overrides (inside or outside a @hydra.main application)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return hydra_compose("sweep", overrides=overrides)
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return hydra_compose("sweep", overrides=overrides)
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def merge_overrides(*groups: list[str]) -> list[str]:
+    """Overrides with later values of a key replacing earlier ones."""
+    merged: dict[str, str] = {}
+    for group in groups:
+        for o in group:
+            merged.pop(_key(o), None)
+            merged[_key(o)] = o
+    return list(merged.values())
+
+
+class Prepared:
+    """A validated, planned sweep whose manifest is written: ready for Ray."""
+
+    def __init__(self, cfg: DictConfig, overrides: list[str]):
+        self.data = to_container(cfg)
+        self.sweep: SweepConfig = validate(cfg)
+        self.ckpts = checkpoints(self.sweep)
+        self.tasks = {d: select_tasks(self.sweep, d) for d in self.sweep.domains()}
+        for domain, tasks in self.tasks.items():
+            if not tasks:
+                raise ConfigError(f"tasks: no {domain} task matches {self.sweep.tasks.model_dump()}")
+        ids = {d: [t.id for t in ts] for d, ts in self.tasks.items()}
+        self.shards = plan_shards(self.sweep, self.ckpts, ids)
+        self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, self.tasks, overrides)
+        self.run = SweepRun(self.sweep.run_dir)
+        self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
+
+
+def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
+    """Validate and plan a new sweep or a resume (cfg.resume), and write or check its manifest."""
+    resume = cfg.get("resume")
+    if resume:
+        return _prepare_resume(str(resume), overrides)
+    prepared = Prepared(cfg, [o for o in overrides if _key(o) != "resume"])
+    if prepared.run.exists():
+        raise ConfigError(f"run_dir: {prepared.run.root} already holds a sweep; resume it with "
+                          f"`make resume RUN={prepared.run.root}` or choose another run_dir/name")
+    prepared.run.lock()
+    prepared.run.write_manifest(prepared.manifest, prepared.yaml)
+    return prepared
+
+
+def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
+    run = SweepRun(run_dir)
+    if not run.exists():
+        raise ConfigError(f"resume: {run_dir} is not a sweep run directory (no manifest.json)")
+    old = run.read_manifest()
+    new = [o for o in overrides if _key(o) not in ("resume", "run_dir")]
+    recorded = merge_overrides(old["overrides"], new, [f"run_dir={run_dir}"])
+    prepared = Prepared(compose(recorded + [f"resume={run_dir}"]), recorded)
+    check_resumable(old, prepared.manifest)
+    prepared.run.lock()
+    return prepared
+
+
+@contextlib.contextmanager
+def ray_cluster(cluster: ClusterConfig):
+    """Ray for the sweep: an existing one (already initialized, or cluster.address), or an embedded
+    local cluster that is shut down at the end. Never `ray stop`: other clusters may be running."""
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    common = dict(include_dashboard=False, log_to_driver=False, namespace="handoff")
+    if cluster.address:
+        ray.init(address=cluster.address, **common)
+    else:
+        ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus,
+                 object_store_memory=(cluster.object_store_mb or 256) << 20,
+                 _temp_dir=cluster.temp_dir or tempfile.mkdtemp(prefix="rh-", dir="/tmp"), **common)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> tuple[Prepared, Summary]:
+    """Run (or resume) the sweep; the run directory holds the results."""
+    prepared = prepare(cfg, overrides)
+    try:
+        with ray_cluster(prepared.sweep.cluster):
+            driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+            summary = driver.execute()
+    finally:
+        prepared.run.unlock()
+    return prepared, summary
+
+
+def finish(prepared: Prepared, summary: Summary) -> dict:
+    """Reduce, log to W&B and write the report (handoff.report); print where everything is."""
+    from handoff.report import finish_run
+
+    paths = finish_run(prepared.run.root, prepared.data)
+    lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
+             f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",
+             f"  results: {prepared.run.shards_dir}"]
+    lines += [f"  {name}: {path}" for name, path in paths.items()]
+    if summary.shards_failed:
+        lines.append(f"  failed shards: {prepared.run.failed_dir} (rerun them: make resume RUN={prepared.run.root})")
+    print("\n".join(lines), flush=True)
+    return {"summary": asdict(summary), **{k: str(v) for k, v in paths.items()}}
+
+
+__all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_sweep"]

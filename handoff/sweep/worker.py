@@ -1,0 +1,78 @@
+"""Episode workers: Ray actor processes that each run many tau2 episodes at once (a threaded actor,
+`max_concurrency` = workers.threads); several processes use all cores despite the GIL. Episodes
+call the engine actors through RayEngineClient; the worker keeps tokenizers and tasks cached.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import lru_cache
+
+from handoff.records import EpisodeRecord
+from handoff.sweep.config import Checkpoint, SweepConfig
+from handoff.sweep.engines import RayEngineClient
+from handoff.sweep.plan import Episode
+
+
+class EngineRef:
+    """What a worker needs to reach a checkpoint's engines (picklable: actor handles)."""
+
+    def __init__(self, checkpoint: Checkpoint, replicas: list):
+        self.checkpoint, self.replicas = checkpoint, list(replicas)
+
+
+@lru_cache(maxsize=None)
+def _chat(tokenizer_path: str, chat_template: str | None):
+    from handoff.engine.chat import ChatFormat
+
+    return ChatFormat(tokenizer_path, chat_template)
+
+
+class EpisodeWorker:
+    """Runs episodes (use through ray.remote with max_concurrency = threads)."""
+
+    def __init__(self, config: dict):
+        import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
+
+        self.cfg = SweepConfig.model_validate(config)
+        self._lock = threading.Lock()
+
+    def ping(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def chat(self, ck: Checkpoint):
+        with self._lock:  # tokenizer loading is not thread-safe
+            return _chat(ck.tokenizer or ck.path, ck.chat_template)
+
+    def run(self, episode: dict, agent: EngineRef, user: EngineRef | None) -> dict:
+        """Run one planned episode and return its EpisodeRecord (as a dict)."""
+        from handoff.agent.episode import EpisodeSettings, run_episode
+        from handoff.agent.user import UserSpec, make_user
+        from handoff.tasks import get_task
+
+        ep = Episode.model_validate(episode)
+        ck, timeout = agent.checkpoint, self.cfg.engine.request_timeout_s
+        task = get_task(ep.domain, ep.task_id)
+        u = self.cfg.user
+        spec = UserSpec(kind=u.kind, max_context_tokens=u.max_context_tokens, llm=u.llm, llm_args=u.llm_args,
+                        **({"sampling": user.checkpoint.sampling} if user is not None else {}))
+        user_sim = make_user(
+            spec, task,
+            engine=RayEngineClient(user.replicas, timeout) if user is not None else None,
+            chat=self.chat(user.checkpoint) if user is not None else None,
+            session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}",
+        )
+        settings = EpisodeSettings(
+            max_steps=self.cfg.episode.max_steps, max_errors=self.cfg.episode.max_errors,
+            agent_sampling=ck.sampling, user_sampling=spec.sampling,
+            max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser,
+        )
+        started = time.perf_counter()
+        result = run_episode(ep.domain, task, RayEngineClient(agent.replicas, timeout), self.chat(ck),
+                             user_sim, settings, ep.seed)
+        record: EpisodeRecord = result.to_record(ep.model, step=ep.step, trial=ep.trial)
+        record.wall_s = time.perf_counter() - started
+        return record.model_dump(mode="json")
