@@ -121,7 +121,7 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         reward=terms.task + terms.handoff - terms.penalty,
         reward_terms=terms,
         termination_reason=traj.termination_reason,
-        n_assistant_turns=assistant_turn_count(traj),
+        n_assistant_turns=assistant_turn_count(traj, found_errors),
         n_messages=len(traj.messages),
         prompt_tokens=traj.prompt_tokens,
         completion_tokens=traj.completion_tokens,
@@ -151,9 +151,9 @@ def reward_terms(
     )
 
 
-def assistant_turn_count(traj: Trajectory) -> int:
+def assistant_turn_count(traj: Trajectory, errors: list[FormatError]) -> int:
     """The agent's turns: assistant messages after the first user message (tau2's canned greeting
-    is not a model turn), plus the final turn the agent dropped if it recorded one."""
+    is not a model turn), plus the final turn the agent failed to produce if an error names it."""
     first_user = next((i for i, m in enumerate(traj.messages) if m.role == "user"), -1)
-    dropped = any(e.turn >= len(traj.messages) for e in traj.format_events)
+    dropped = any(e.turn >= len(traj.messages) for e in errors)
     return sum(1 for t in traj.assistant_turns if t > first_user) + dropped

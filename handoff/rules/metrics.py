@@ -1,0 +1,292 @@
+"""The metrics of docs/metrics.md over a set of EpisodeScores, each with a 95% interval.
+
+Proportions get Wilson score intervals; F1 and means get a percentile bootstrap over tasks (the
+task is the unit that is resampled, with all its trials), with a fixed seed so that a report is
+reproducible. Every bootstrapped statistic is a ratio of per-task sums (a mean is sum/count, F1 is
+2TP / (2TP + FP + FN)), which is what lets one resampling serve them all and pair two runs.
+pass^k is tau2's own (tau2.metrics.agent_metrics): per task C(c, k) / C(n, k), averaged over tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+from tau2.metrics.agent_metrics import is_successful, pass_hat_k
+
+from handoff.rules.events import FormatKind
+from handoff.rules.score import EpisodeScore
+from handoff.rules.violations import RuleId
+
+Z95 = 1.959963984540054
+N_BOOTSTRAP = 1000
+SEED = 0
+ANY = "any"
+
+TaskKey = tuple[str, str]
+Ratio = Callable[[EpisodeScore], tuple[float, float]]  # an episode's (numerator, denominator)
+
+
+class Interval(BaseModel):
+    """A value with its 95% interval; `k` / `n` are the counts behind a proportion (n alone: the
+    episodes, turns or tasks it is computed over). value is None when n is 0."""
+
+    value: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+    n: int
+    k: Optional[int] = None
+
+
+class Confusion(BaseModel):
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+
+class HandoffMetrics(BaseModel):
+    confusion: Confusion
+    precision: Interval
+    recall: Interval
+    f1: Interval
+    accuracy: Interval
+
+
+class Metrics(BaseModel):
+    n_episodes: int
+    n_tasks: int
+    handoff: HandoffMetrics
+    transfer_rate_by_rule: dict[str, Interval]
+    tau2_reward: Interval
+    tau2_success: Interval
+    pass_hat_k: dict[int, Interval]
+    reward: Interval
+    violation_rate: dict[str, Interval]
+    format_errors_per_100_turns: dict[str, Interval]
+    termination: dict[str, Interval]
+    assistant_turns: Interval
+    completion_tokens: Interval
+    n_unevaluated: int
+
+
+class Difference(BaseModel):
+    a: Optional[float]
+    b: Optional[float]
+    diff: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+
+
+class PairedComparison(BaseModel):
+    """Run A minus run B on the tasks both ran (intervals: paired bootstrap over those tasks)."""
+
+    n_tasks: int
+    n_episodes_a: int
+    n_episodes_b: int
+    metrics: dict[str, Difference]
+
+
+def wilson(k: int, n: int, z: float = Z95) -> Interval:
+    if n == 0:
+        return Interval(value=None, lo=None, hi=None, n=0, k=k)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if k == 0 else centre - half  # exact bounds where floating point would miss them
+    hi = 1.0 if k == n else centre + half
+    return Interval(value=p, lo=lo, hi=hi, n=n, k=k)
+
+
+def _tau2_reward(s: EpisodeScore) -> float:
+    return s.tau2_reward or 0.0  # not evaluated counts as a failure, as a premature ending does
+
+
+def _cell(s: EpisodeScore) -> tuple[bool, bool]:
+    return s.transferred, s.label.should_transfer
+
+
+def _f1_terms(s: EpisodeScore) -> tuple[float, float]:
+    """F1 = 2TP / (2TP + FP + FN), summed episode by episode."""
+    tp = 2.0 * (_cell(s) == (True, True))
+    return tp, tp + (not s.correct_handoff)
+
+
+# Ratios shared by the metrics and the paired comparison.
+RATIOS: dict[str, Ratio] = {
+    "tau2_reward": lambda s: (_tau2_reward(s), 1.0),
+    "reward": lambda s: (s.reward, 1.0),
+    "handoff_accuracy": lambda s: (float(s.correct_handoff), 1.0),
+    "handoff_f1": _f1_terms,
+    "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
+    "format_errors_per_100_turns_any": lambda s: (100.0 * len({e.turn for e in s.format_errors}), float(s.n_assistant_turns)),
+    "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
+    "completion_tokens": lambda s: (float(s.completion_tokens), 1.0),
+}
+
+
+class _TaskSums:
+    """Per-task sums of an episode ratio, and a bootstrap over tasks with shared resamples."""
+
+    def __init__(self, by_task: dict[TaskKey, list[EpisodeScore]], n_bootstrap: int, seed: int):
+        self.by_task = by_task
+        n = len(by_task)
+        rng = np.random.default_rng(seed)
+        self.samples = rng.integers(0, n, size=(n_bootstrap, n)) if n else np.zeros((0, 0), int)
+
+    def sums(self, ratio: Ratio, keys: Optional[Sequence[TaskKey]] = None) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [[ratio(s) for s in self.by_task[key]] for key in (keys or list(self.by_task))]
+        num = np.array([sum(p[0] for p in task) for task in pairs], dtype=float)
+        den = np.array([sum(p[1] for p in task) for task in pairs], dtype=float)
+        return num, den
+
+    def replicates(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return num[self.samples].sum(axis=1) / den[self.samples].sum(axis=1)
+
+    def interval(self, ratio: Ratio) -> Interval:
+        return self.interval_of(*self.sums(ratio))
+
+    def interval_of(self, num: np.ndarray, den: np.ndarray) -> Interval:
+        """sum(num) / sum(den) over the tasks (arrays in task order), with its bootstrap interval."""
+        if not den.sum():
+            return Interval(value=None, lo=None, hi=None, n=len(num))
+        lo, hi = _percentiles(self.replicates(num, den))
+        return Interval(value=float(num.sum() / den.sum()), lo=lo, hi=hi, n=len(num))
+
+
+def compute_metrics(
+    scores: Sequence[EpisodeScore],
+    ks: Optional[Sequence[int]] = None,
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = SEED,
+) -> Metrics:
+    """All metrics of docs/metrics.md. `ks`: the k of pass^k (default 1 .. the fewest trials any
+    task has, as tau2 does)."""
+    by_task = _by_task(scores)
+    boot = _TaskSums(by_task, n_bootstrap, seed)
+    return Metrics(
+        n_episodes=len(scores),
+        n_tasks=len(by_task),
+        handoff=_handoff(scores, boot),
+        transfer_rate_by_rule=_transfer_rates(scores),
+        tau2_reward=boot.interval(RATIOS["tau2_reward"]),
+        tau2_success=wilson(sum(is_successful(_tau2_reward(s)) for s in scores), len(scores)),
+        pass_hat_k=_pass_hat_k(by_task, boot, ks),
+        reward=boot.interval(RATIOS["reward"]),
+        violation_rate=_violation_rates(scores),
+        format_errors_per_100_turns=_format_rates(scores),
+        termination=_terminations(scores),
+        assistant_turns=boot.interval(RATIOS["assistant_turns"]),
+        completion_tokens=boot.interval(RATIOS["completion_tokens"]),
+        n_unevaluated=sum(s.tau2_reward is None for s in scores),
+    )
+
+
+def paired_difference(
+    a_scores: Sequence[EpisodeScore],
+    b_scores: Sequence[EpisodeScore],
+    n_bootstrap: int = N_BOOTSTRAP,
+    seed: int = SEED,
+) -> PairedComparison:
+    """A - B for each RATIOS metric over the tasks both runs have, with a paired bootstrap (the
+    same resampled tasks for both runs) for the interval of the difference."""
+    a_tasks, b_tasks = _by_task(a_scores), _by_task(b_scores)
+    shared = sorted(a_tasks.keys() & b_tasks.keys())
+    boot_a = _TaskSums({k: a_tasks[k] for k in shared}, n_bootstrap, seed)
+    boot_b = _TaskSums({k: b_tasks[k] for k in shared}, n_bootstrap, seed)  # same seed: same resamples
+    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in RATIOS.items()}
+    return PairedComparison(
+        n_tasks=len(shared),
+        n_episodes_a=sum(len(a_tasks[k]) for k in shared),
+        n_episodes_b=sum(len(b_tasks[k]) for k in shared),
+        metrics=metrics,
+    )
+
+
+def _difference(boot_a: _TaskSums, boot_b: _TaskSums, ratio: Ratio) -> Difference:
+    (num_a, den_a), (num_b, den_b) = boot_a.sums(ratio), boot_b.sums(ratio)
+    if not (den_a.sum() and den_b.sum()):
+        return Difference(a=None, b=None, diff=None, lo=None, hi=None)
+    a, b = num_a.sum() / den_a.sum(), num_b.sum() / den_b.sum()
+    lo, hi = _percentiles(boot_a.replicates(num_a, den_a) - boot_b.replicates(num_b, den_b))
+    return Difference(a=a, b=b, diff=a - b, lo=lo, hi=hi)
+
+
+def _by_task(scores: Sequence[EpisodeScore]) -> dict[TaskKey, list[EpisodeScore]]:
+    by_task: dict[TaskKey, list[EpisodeScore]] = defaultdict(list)
+    for s in scores:
+        by_task[(s.domain, s.task_id)].append(s)
+    return dict(sorted(by_task.items()))
+
+
+def _percentiles(replicates: np.ndarray) -> tuple[Optional[float], Optional[float]]:
+    finite = replicates[np.isfinite(replicates)]
+    if not finite.size:
+        return None, None
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums) -> HandoffMetrics:
+    cells = Counter(_cell(s) for s in scores)
+    tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
+    return HandoffMetrics(
+        confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
+        precision=wilson(tp, tp + fp),
+        recall=wilson(tp, tp + fn),
+        f1=boot.interval(RATIOS["handoff_f1"]),
+        accuracy=wilson(tp + tn, len(scores)),
+    )
+
+
+def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    by_rule: dict[str, list[bool]] = defaultdict(list)
+    for s in scores:
+        by_rule[s.label.rule].append(s.transferred)
+    return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+
+
+def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks: Optional[Sequence[int]]) -> dict[int, Interval]:
+    if not by_task:
+        return {}
+    fewest = min(len(trials) for trials in by_task.values())
+    out = {}
+    for k in ks or range(1, fewest + 1):
+        if k > fewest:
+            raise ValueError(f"pass^{k} needs at least {k} trials per task; some task has {fewest}")
+        per_task = [
+            pass_hat_k(len(trials), sum(is_successful(_tau2_reward(s)) for s in trials), k)
+            for trials in by_task.values()
+        ]
+        out[k] = boot.interval_of(np.array(per_task), np.ones(len(per_task)))  # mean over tasks
+    return out
+
+
+def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    fired = [{v.rule for v in s.violations} for s in scores]
+    rates = {rule.value: wilson(sum(rule in f for f in fired), len(scores)) for rule in RuleId}
+    rates[ANY] = wilson(sum(bool(f) for f in fired), len(scores))
+    return rates
+
+
+def _format_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    turns = sum(s.n_assistant_turns for s in scores)
+    per_kind = Counter(e.kind for s in scores for e in s.format_errors)
+    any_turns = sum(len({e.turn for e in s.format_errors}) for s in scores)
+    counts = {kind.value: per_kind[kind] for kind in FormatKind} | {ANY: any_turns}
+    return {name: _per_100(wilson(min(k, turns), turns)) for name, k in counts.items()}
+
+
+def _per_100(rate: Interval) -> Interval:
+    scale = lambda x: None if x is None else 100.0 * x  # noqa: E731
+    return rate.model_copy(update={"value": scale(rate.value), "lo": scale(rate.lo), "hi": scale(rate.hi)})
+
+
+def _terminations(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    counts = Counter(s.termination_reason for s in scores)
+    return {reason: wilson(k, len(scores)) for reason, k in sorted(counts.items())}
