@@ -1,0 +1,97 @@
+"""The user simulator: tau2's own (prompt, guidelines, stop tokens, role flipping), generating
+either on an Engine (the same engine types as the agent) or through an API model (tau2's litellm
+UserSimulator, unchanged). Configurable per sweep with a `UserSpec`."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+from tau2.data_model.message import MultiToolMessage, UserMessage
+from tau2.data_model.tasks import Task
+from tau2.environment.tool import Tool
+from tau2.user.base import BaseUser, UserError, UserState, ValidUserInputMessage
+from tau2.user.user_simulator import UserSimulator
+
+from handoff.agent.context import completion_text
+from handoff.agent.messages import to_chat_dicts
+from handoff.engine.base import ContextOverflowError, Engine, Sampling
+
+
+class UserSpec(BaseModel):
+    """Who plays the user: a hosted model on an engine, or an API model through litellm."""
+
+    kind: Literal["engine", "litellm"] = "engine"
+    sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=0.0, max_tokens=128))
+    max_context_tokens: int = Field(8192, gt=0)
+    llm: Optional[str] = Field(None, description="litellm model name (kind=litellm)")
+    llm_args: dict = Field(default_factory=dict, description="litellm arguments (kind=litellm)")
+
+
+class EngineUserSimulator(UserSimulator):
+    """tau2's UserSimulator with generation on an Engine instead of litellm. The user simulator
+    does not call tools in airline and retail; a user whose reply is empty or whose prompt no
+    longer fits raises UserError (the episode ends with user_error)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        chat,
+        instructions: str,
+        sampling: Sampling,
+        max_context_tokens: int,
+        tools: Optional[list[Tool]] = None,
+        session_id: str | None = None,
+    ):
+        super().__init__(tools=tools, instructions=instructions, llm=None, llm_args=None)
+        self.engine, self.chat, self.sampling = engine, chat, sampling
+        self.max_context_tokens = max_context_tokens
+        self.session_id = session_id
+        self.completion_tokens = 0
+
+    def set_seed(self, seed: int) -> None:
+        self.sampling = self.sampling.model_copy(update={"seed": seed})
+
+    def _generate_next_message(
+        self, message: ValidUserInputMessage, state: UserState
+    ) -> tuple[UserMessage, UserState]:
+        state.messages.extend(message.tool_messages if isinstance(message, MultiToolMessage) else [message])
+        prompt = self.chat.render(to_chat_dicts(state.system_messages + state.flip_roles()))
+        room = self.max_context_tokens - len(prompt)
+        if room <= 0:
+            raise UserError(f"user simulator prompt of {len(prompt)} tokens exceeds {self.max_context_tokens}")
+        sampling = self.sampling.model_copy(update={"max_tokens": min(self.sampling.max_tokens, room)})
+        try:
+            generation = self.engine.generate(prompt, sampling, self.session_id)
+        except ContextOverflowError as exc:
+            raise UserError(f"user simulator: {exc}") from exc
+        self.completion_tokens += len(generation.token_ids)
+        text = completion_text(self.chat, generation.token_ids).strip()
+        if not text:
+            raise UserError("user simulator produced an empty message")
+        reply = UserMessage(role="user", content=text, cost=0.0)
+        state.messages.append(reply)
+        return reply, state
+
+
+def make_user(
+    spec: UserSpec,
+    task: Task,
+    engine: Engine | None = None,
+    chat=None,
+    tools: Optional[list[Tool]] = None,
+    session_id: str | None = None,
+) -> BaseUser:
+    """The user simulator for one episode of `task`, as `spec` says."""
+    instructions = str(task.user_scenario)
+    if spec.kind == "litellm":
+        if not spec.llm:
+            raise ValueError("user.kind=litellm needs user.llm (a litellm model name)")
+        return UserSimulator(tools=tools, instructions=instructions, llm=spec.llm, llm_args=dict(spec.llm_args))
+    if engine is None or chat is None:
+        raise ValueError("user.kind=engine needs an engine and its chat format")
+    return EngineUserSimulator(engine, chat, instructions, spec.sampling, spec.max_context_tokens, tools, session_id)
+
+
+def user_completion_tokens(user: BaseUser) -> int:
+    return getattr(user, "completion_tokens", 0)
