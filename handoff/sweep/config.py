@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.engine.base import Sampling
@@ -95,7 +96,7 @@ class EngineConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1)
     cpus: float = Field(1.0, gt=0)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    kv_cache_gib: float = Field(1, gt=0)
+    kv_cache_gib: int = Field(1, ge=1)
     max_num_seqs: int = Field(32, ge=1)
     enable_prefix_caching: bool = True
     enforce_eager: bool = True
@@ -197,7 +198,10 @@ def _check_paths(cfg: SweepConfig) -> list[str]:
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
     """The composed config as a SweepConfig, or ConfigError naming each bad key."""
-    data = to_container(cfg)
+    try:
+        data = to_container(cfg)
+    except OmegaConfBaseException as exc:  # a mandatory value left as ???, an unset env var
+        raise ConfigError(f"invalid sweep config:\n  {getattr(exc, 'full_key', '') or '<root>'}: {exc.msg}") from None
     try:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as exc:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import uuid
 
 from pydantic import BaseModel
 
-from handoff.engine.base import Generation, Sampling
+from handoff.engine.base import ContextOverflowError, Generation, Sampling
 from handoff.sweep.config import Checkpoint, EngineConfig
 
 
@@ -31,6 +32,7 @@ class ScriptConfig(BaseModel):
     user: list[str]
     delay_s: float = 0.0
     turn_marker: str = "<|im_start|>assistant"
+    fail_sessions: str | None = None  # regex: requests of matching sessions raise (a broken episode)
 
 
 class ScriptedReplay:
@@ -52,12 +54,14 @@ class ScriptedReplay:
         turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[self.role]
         completion = completions[min(max(turns, 0), len(completions) - 1)]
         await asyncio.sleep(self.script.delay_s)
+        if self.script.fail_sessions and re.search(self.script.fail_sessions, request_id):
+            raise RuntimeError(f"scripted failure for {request_id}")
         return ScriptedEngine(self.tokenizer, [completion]).generate(prompt_ids, sampling)
 
 
 def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
     """handoff.engine's EngineSettings for one replica of `checkpoint`."""
-    from handoff.engine import EngineSettings
+    from handoff.engine.vllm_engine import EngineSettings
 
     return EngineSettings(
         model=checkpoint.path,
@@ -65,7 +69,7 @@ def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
         device=engine.device,
         tensor_parallel_size=engine.tensor_parallel_size,
         gpu_memory_utilization=engine.gpu_memory_utilization,
-        kv_cache_gib=engine.kv_cache_gib,
+        cpu_kvcache_gib=engine.kv_cache_gib,
         max_model_len=checkpoint.max_model_len,
         max_num_seqs=engine.max_num_seqs,
         enable_prefix_caching=engine.enable_prefix_caching,
@@ -77,7 +81,7 @@ def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:
     """Environment variables of an engine actor's process (Ray runtime_env)."""
     if engine.kind == "scripted":
         return {}
-    from handoff.engine import engine_env
+    from handoff.engine.vllm_engine import engine_env
 
     return {k: str(v) for k, v in engine_env(engine_settings(checkpoint, engine)).items()}
 
@@ -99,7 +103,7 @@ class EngineHost:
                     script = ScriptConfig.model_validate(self.config.script)
                     self._engine = ScriptedReplay(self.checkpoint, script, self.role)
                 else:
-                    from handoff.engine import AsyncVLLMEngine
+                    from handoff.engine.vllm_engine import AsyncVLLMEngine
 
                     self._engine = AsyncVLLMEngine(engine_settings(self.checkpoint, self.config))
         return self._engine
@@ -134,4 +138,9 @@ class RayEngineClient:
         replica = self.replicas[route(session_id, len(self.replicas))]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
         ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id)
-        return Generation.model_validate(ray.get(ref, timeout=self.timeout_s))
+        try:
+            return Generation.model_validate(ray.get(ref, timeout=self.timeout_s))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, ContextOverflowError):  # the agent records it as a format event
+                raise exc.cause from None
+            raise

@@ -1,0 +1,174 @@
+"""Sweep config, plan and manifest checks that need no Ray: validation names the bad key and fails
+before Ray starts, checkpoint globs, deterministic seeds, the shard plan, partial shards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import handoff  # noqa: F401
+from handoff.records import EpisodeRecord
+from handoff.sweep.config import ConfigError, checkpoints, config_hash, parse_step, to_container, validate
+from handoff.sweep.manifest import ResumeRefused, check_resumable
+from handoff.sweep.plan import Episode, Shard, episode_seed, plan_shards
+from handoff.sweep.run import compose, merge_overrides, run_sweep
+from handoff.sweep.rundir import SweepRun
+
+
+def _error(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate(compose(overrides))
+    return str(info.value)
+
+
+def test_default_config_is_valid(tmp_path):
+    cfg = validate(compose([f"run_dir={tmp_path}/run"]))
+    assert cfg.domains() == ["airline", "retail"]
+    assert cfg.engine.kind == "vllm" and cfg.engine.device == "cpu"
+    assert cfg.user.kind == "engine" and cfg.user.model.path == cfg.model["smollm2"].path
+    assert cfg.logger.mode == "offline" and cfg.reward["task"] == 1.0
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["engine.replicas=-1"], "engine.replicas"),
+    (["+model.smollm2.tempreature=0.5"], "model.smollm2.tempreature"),
+    (["model.smollm2.path=/nonexistent/ckpt"], "model.smollm2.path"),
+    (["model.smollm2.sampling.top_p=2"], "model.smollm2.sampling.top_p"),
+    (["+model.smollm2.glob=/x/*"], "model.smollm2"),
+    (["engine.device=tpu"], "engine.device"),
+    (["trials=0"], "trials"),
+    (["user=litellm", "user.llm=null"], "user"),
+    (["model=[checkpoints]", "model.checkpoints.glob=/nonexistent/step_*"], "model.checkpoints.glob"),
+])
+def test_bad_config_names_the_key(overrides, key):
+    message = _error(overrides)
+    assert f"\n  {key}:" in message, message
+
+
+def test_unknown_model_key_fails_in_hydra():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="model/no_such_model"):
+        compose(["model=[no_such_model]"])
+
+
+def test_bad_config_fails_before_ray_starts(tmp_path):
+    """Through the real entry point: exit 2, the key named, no Ray session and no run directory."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "handoff.sweep", "engine.replicas=-1", f"run_dir={run_dir}",
+         f"cluster.temp_dir={tmp_path}/ray"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "engine.replicas: Input should be greater than or equal to 1" in proc.stderr
+    assert not (tmp_path / "ray").exists() and not run_dir.exists()
+
+
+def test_bad_config_in_process_leaves_ray_down(tmp_path):
+    import ray
+
+    with pytest.raises(ConfigError, match="model.smollm2.path"):
+        run_sweep(compose([f"run_dir={tmp_path}/r", "model.smollm2.path=/nope"]), [])
+    assert not ray.is_initialized()
+
+
+def test_checkpoint_glob_parses_steps(tmp_path):
+    for step in (120, 20, 3):
+        (tmp_path / "train" / f"global_step_{step}" / "actor" / "huggingface").mkdir(parents=True)
+    (tmp_path / "train" / "global_step_7").mkdir()  # no huggingface/ inside: not matched
+    cfg = validate(compose([
+        f"run_dir={tmp_path}/run", "model=[checkpoints]", "model.checkpoints.name=rl",
+        f"model.checkpoints.glob={tmp_path}/train/global_step_*/actor/huggingface",
+        "model.checkpoints.step_regex='global_step_(\\d+)'"]))
+    ckpts = checkpoints(cfg)
+    assert [(c.name, c.step) for c in ckpts] == [("rl-step3", 3), ("rl-step20", 20), ("rl-step120", 120)]
+    assert ckpts[0].path.endswith("global_step_3/actor/huggingface")
+
+
+def test_checkpoint_list_and_step_parsing(tmp_path):
+    paths = [tmp_path / "ckpt-500", tmp_path / "ckpt-1000"]
+    for p in paths:
+        p.mkdir()
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "model=[checkpoints]",
+                            f"+model.checkpoints.paths=[{paths[0]},{paths[1]}]"]))
+    assert [c.step for c in checkpoints(cfg)] == [500, 1000]
+    assert parse_step("/runs/a/global_step_40/actor/huggingface", None) == 40
+    assert parse_step("/runs/final", None) is None
+
+
+def test_episode_seeds_are_stable_across_processes():
+    expected = episode_seed(0, "airline", "13", 1)
+    code = "from handoff.sweep.plan import episode_seed; print(episode_seed(0, 'airline', '13', 1))"
+    for hashseed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**__import__("os").environ, "PYTHONHASHSEED": hashseed})
+        assert int(out.stdout) == expected
+    assert expected != episode_seed(0, "airline", "13", 0) != episode_seed(1, "airline", "13", 0)
+    assert 0 <= expected < 2**31
+
+
+def test_plan_covers_checkpoint_domain_slice_trial(tmp_path):
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "trials=2", "shard_size=2"]))
+    ckpts = checkpoints(cfg)
+    shards = plan_shards(cfg, ckpts, {"airline": ["0", "1", "2"], "retail": ["5"]})
+    assert len(shards) == 2 * (2 + 1)  # trials x (airline chunks + retail chunks)
+    keys = [e.key for s in shards for e in s.episodes]
+    assert len(keys) == len(set(keys)) == 2 * 4
+    assert len({s.id for s in shards}) == len(shards)
+    assert shards[0].id == "smollm2-135m-instruct__airline__t0__0000"
+
+
+def test_config_hash_ignores_execution_keys(tmp_path):
+    a = to_container(compose([f"run_dir={tmp_path}/a"]))
+    b = to_container(compose([f"run_dir={tmp_path}/b", "workers.threads=2", "cluster=existing"]))
+    c = to_container(compose([f"run_dir={tmp_path}/a", "seed=1"]))
+    assert config_hash(a) == config_hash(b) != config_hash(c)
+
+
+def test_resume_check_says_what_changed():
+    base = {"config": {"trials": 1, "run_dir": "a"}, "config_hash": "x", "tau2_version": "26.3",
+            "hashes": {"labels_sha256": "L1"}, "tasks_hash": "T", "shards": []}
+    check_resumable(base, dict(base))
+    changed = {**base, "config": {"trials": 2, "run_dir": "b"}, "config_hash": "y",
+               "hashes": {"labels_sha256": "L2"}}
+    with pytest.raises(ResumeRefused) as info:
+        check_resumable(base, changed)
+    message = str(info.value)
+    assert "trials: 1 -> 2" in message and "labels_sha256 changed: L1 -> L2" in message
+    assert "run_dir" not in message
+
+
+def test_merge_overrides_keeps_the_last_value():
+    assert merge_overrides(["trials=1", "model=[a]"], ["trials=3"]) == ["model=[a]", "trials=3"]
+
+
+def _record(task_id: str) -> EpisodeRecord:
+    return EpisodeRecord(model="m", domain="airline", task_id=task_id, seed=1, simulation={"task_id": task_id})
+
+
+def test_partial_shard_survives_a_torn_line(tmp_path):
+    run = SweepRun(tmp_path)
+    shard = Shard(id="s", model="m", domain="airline", trial=0, episodes=[
+        Episode(model="m", step=0, domain="airline", task_id=t, trial=0, seed=1) for t in ("0", "1", "2")])
+    run.append_partial("s", _record("0"))
+    with open(run.partial_dir / "s.jsonl", "ab") as f:
+        f.write(_record("1").model_dump_json().encode()[:40])  # a writer killed mid-line
+    run.append_partial("s", _record("2"))
+    run.append_partial("s", _record("2"))  # a duplicate is kept once
+    assert sorted(k[2] for k in run.read_partial(shard)) == ["0", "2"]
+
+
+def test_corrupt_shard_is_moved_aside_not_deleted(tmp_path):
+    run = SweepRun(tmp_path)
+    shard = Shard(id="s", model="m", domain="airline", trial=0,
+                  episodes=[Episode(model="m", step=0, domain="airline", task_id="0", trial=0, seed=1)])
+    run.write_done(shard, {("m", "airline", "0", 0): _record("0")})
+    assert run.is_done(shard)
+    path = run.shard_path("s")
+    path.write_bytes(path.read_bytes()[:-10])
+    assert not run.is_done(shard)
+    assert not path.exists() and len(list(run.shards_dir.glob("s.jsonl.corrupt-*"))) == 1
+    assert "checksum" in json.loads((run.failed_dir / "s.json").read_text())["error"]
