@@ -36,7 +36,7 @@ def propose_and_answer(ep: Episode, answer: str) -> None:
 
 
 def test_transferred_when_the_agent_calls_the_tool():
-    ep = Episode("airline", "13")
+    ep = Episode("retail", "10")
     ep.user("I want to change the origin of my reservation.")
     ep.call("transfer_to_human_agents", summary="origin change is not possible")
     assert ep.last_result().content == "Transfer successful"
@@ -44,7 +44,7 @@ def test_transferred_when_the_agent_calls_the_tool():
 
 
 def test_transferred_whatever_the_tool_returned():
-    ep = Episode("airline", "13")
+    ep = Episode("retail", "10")
     ep.user("Get me a human.")
     ep.call("transfer_to_human_agents")  # no summary: tau2 rejects the call
     assert ep.last_result().error
@@ -52,7 +52,7 @@ def test_transferred_whatever_the_tool_returned():
 
 
 def test_not_transferred_by_words_alone():
-    ep = Episode("airline", "13")
+    ep = Episode("retail", "10")
     ep.user("Get me a human.")
     ep.say("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON.")
     assert not transferred(ep.trajectory())

@@ -42,9 +42,11 @@ def run(args: argparse.Namespace) -> int:
 def _task_and_label(domain: str, task_id: str):
     from handoff.cli import UsageError
     from handoff.tasks import get_task
-    from handoff.tasks.labels import label_for
+    from handoff.tasks.labels import ManifestError, label_for
 
     try:
         return get_task(domain, task_id), label_for(domain, task_id)
-    except (LookupError, ValueError) as exc:
-        raise UsageError(f"unknown task {task_id!r} in domain {domain!r} ({exc})") from exc
+    except LookupError as exc:
+        raise UsageError(f"unknown task {task_id!r} in domain {domain!r}") from exc
+    except (ValueError, OSError, ManifestError) as exc:  # missing or invalid task / label files
+        raise UsageError(f"cannot label task {task_id!r} in domain {domain!r}: {exc}") from exc
