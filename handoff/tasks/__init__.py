@@ -1,0 +1,61 @@
+"""Task sets: tau2's airline/retail tasks plus the derived explicit_request, out_of_scope and
+hard_negative tasks committed under data/tasks (docs/tasks.md).
+
+Returned Task objects are cached and shared: treat them as read-only (copy before changing one).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from handoff.tasks import paths
+from handoff.tasks.derive import KINDS as DERIVED_KINDS
+from handoff.tasks.derive import parse_derived_id
+from handoff.tasks.manifests import manifest_hashes, split_of
+from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_tasks
+
+KINDS = ("upstream", *DERIVED_KINDS)
+
+__all__ = ["DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of"]
+
+
+@lru_cache(maxsize=None)
+def _derived(domain: str, kind: str, root: Path) -> tuple:
+    from tau2.data_model.tasks import Task
+    import json
+
+    path = root / paths.task_file(domain, kind)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `handoff labels build`")
+    return tuple(Task.model_validate(t) for t in json.loads(path.read_text()))
+
+
+def _tasks_of_kind(domain: str, kind: str) -> tuple:
+    if kind == "upstream":
+        return upstream_tasks(domain)
+    if kind not in DERIVED_KINDS:
+        raise ValueError(f"unknown task kind {kind!r}: expected some of {', '.join(KINDS)}")
+    return _derived(domain, kind, paths.REPO_ROOT)
+
+
+def load_tasks(domain: str, split: str | None = None, kinds: list[str] | None = None) -> list:
+    """tau2 Tasks of a domain: upstream first (tau2 order), then each derived kind; optionally one split."""
+    check_domain(domain)
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)} or None for all")
+    tasks = [t for kind in (kinds or KINDS) for t in _tasks_of_kind(domain, kind)]
+    return [t for t in tasks if split is None or split_of(domain, t.id) == split]
+
+
+@lru_cache(maxsize=None)
+def _index(domain: str) -> dict:
+    return {t.id: t for t in load_tasks(domain)}
+
+
+def get_task(domain: str, task_id: str):
+    check_domain(domain)
+    try:
+        return _index(domain)[task_id]
+    except KeyError:
+        raise KeyError(f"unknown {domain} task {task_id!r}") from None

@@ -1,0 +1,224 @@
+"""The out-of-scope catalog: requests that no tool and no policy clause of the domain covers.
+
+Each entry names the tools and the policy clauses that were checked and says why none of them covers
+the request, and also why the policy does not forbid it (a forbidden request must be denied, not
+transferred). By both policies, a request that cannot be handled within the scope of the agent's
+actions is transferred to a human agent. docs/out_of_scope.md is rendered from this module.
+
+`request` is the user's reason for calling; it may use {reservation_id}, {route}, {date},
+{past_flight}, {past_date} (airline) or {order_id}, {item} (retail), filled from the parent task's
+user in tau2's db.json.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutOfScopeRequest:
+    id: str
+    request: str
+    tools_checked: str
+    policy_checked: str
+    why: str
+
+    def placeholders(self) -> set[str]:
+        return {name for _, name, _, _ in string.Formatter().parse(self.request) if name}
+
+
+AIRLINE = (
+    OutOfScopeRequest(
+        "wheelchair_assistance",
+        "You need wheelchair assistance at the airport for your upcoming trip {reservation_id} ({route} on {date}) "
+        "and want it added to the booking.",
+        "get_reservation_details and get_user_details (no service or assistance field); update_reservation_passengers "
+        "(first name, last name, date of birth only); update_reservation_baggages (bag counts only).",
+        "Reservation attributes; Modify flight (flights, cabin, baggage and insurance, passengers); Book flight.",
+        "No tool records special assistance and no clause mentions it, nor forbids it.",
+    ),
+    OutOfScopeRequest(
+        "pet_in_cabin",
+        "You want to bring your small dog in the cabin on your upcoming trip {reservation_id} ({route} on {date}) "
+        "and need the pet added to the reservation.",
+        "update_reservation_baggages (total and non-free checked bags only); update_reservation_passengers "
+        "(people only); book_reservation.",
+        "Checked bag allowance; Change baggage and insurance; Reservation attributes.",
+        "Pets are not bags or passengers; no tool or clause covers them, and no clause forbids them.",
+    ),
+    OutOfScopeRequest(
+        "special_meal",
+        "You need a vegetarian meal on every flight of your upcoming trip {reservation_id} ({route} on {date}).",
+        "get_reservation_details (no meal field); update_reservation_passengers; update_reservation_flights.",
+        "Reservation attributes; Modify flight.",
+        "Meals appear nowhere in the tools or the policy.",
+    ),
+    OutOfScopeRequest(
+        "seat_selection",
+        "You want window seats assigned for your upcoming trip {reservation_id} ({route} on {date}).",
+        "search_direct_flight / search_onestop_flight (seat counts per cabin, no seat map); update_reservation_flights "
+        "(flights and cabin only); get_reservation_details (no seat assignment).",
+        "Flight (available seats per cabin class); Change cabin; Modify flight.",
+        "Seats are only counted per cabin; no tool assigns a seat and no clause covers seat assignment.",
+    ),
+    OutOfScopeRequest(
+        "known_traveler_number",
+        "You want your Known Traveler Number (TSA PreCheck) added to your upcoming trip {reservation_id} "
+        "({route} on {date}) so that it prints on your boarding pass.",
+        "update_reservation_passengers (first name, last name, date of birth only); get_user_details.",
+        "Change passengers (names and number of passengers); User profile attributes.",
+        "Passengers have no traveler-number field; the passenger clause only covers who flies.",
+    ),
+    OutOfScopeRequest(
+        "lounge_day_pass",
+        "You want to buy an airport lounge day pass for the departure of your upcoming trip {reservation_id} "
+        "({route} on {date}).",
+        "book_reservation (flights only); update_reservation_baggages; send_certificate; calculate.",
+        "Book flight; Payment; Refunds and Compensation.",
+        "The agent can only sell flights, bags and insurance; nothing covers lounge access.",
+    ),
+    OutOfScopeRequest(
+        "lost_baggage_trace",
+        "Your checked bag did not arrive after flight {past_flight} on {past_date}. You want a trace opened so the bag "
+        "is found and delivered to you; you are not asking for compensation.",
+        "get_flight_status (flight status only); get_reservation_details (bag counts only); update_reservation_baggages "
+        "(adds bags, cannot trace them).",
+        "Checked bag allowance; Change baggage and insurance; Refunds and Compensation (cancelled or delayed flights only).",
+        "Bags are only counted; no tool tracks or traces a bag and no clause covers lost bags.",
+    ),
+    OutOfScopeRequest(
+        "missing_miles",
+        "The frequent-flyer miles for your flight {past_flight} on {past_date} were never credited to your account, "
+        "and you want them credited.",
+        "get_user_details (no miles or points balance); send_certificate (certificates, not miles).",
+        "User profile (membership level, no miles); Refunds and Compensation.",
+        "Miles do not exist in the database or the policy; a certificate is not what the user asks for.",
+    ),
+    OutOfScopeRequest(
+        "update_profile_address",
+        "You moved and want the home address in your airline profile updated to 12 Harbor Lane, Portland, OR 97201.",
+        "get_user_details (read only); update_reservation_passengers (reservation passengers, not the profile).",
+        "User profile attributes (addresses); Book, Modify and Cancel flight.",
+        "No tool writes the user profile and no clause says how to change it, nor forbids it.",
+    ),
+    OutOfScopeRequest(
+        "add_payment_method",
+        "You want to add a new credit card (a Visa you just received) to your airline profile so you can use it later.",
+        "get_user_details (read only); book_reservation and update_reservation_flights (use existing methods).",
+        "Payment ('All payment methods must already be in user profile'); User profile.",
+        "The policy requires methods to be in the profile but no tool or clause adds one.",
+    ),
+    OutOfScopeRequest(
+        "vat_invoice",
+        "For your upcoming trip {reservation_id} you need an invoice that shows your company's name and VAT number "
+        "for your expense report.",
+        "get_reservation_details (payment history only); no document tool exists.",
+        "Reservation attributes; Refunds and Compensation.",
+        "The agent cannot issue documents, and no clause covers invoices.",
+    ),
+    OutOfScopeRequest(
+        "travel_confirmation_letter",
+        "Your employer needs an official letter from the airline confirming that you flew {past_flight} on {past_date}.",
+        "get_reservation_details and get_flight_status (data only, no letters); no document tool exists.",
+        "Reservation attributes; Flight status.",
+        "The agent can read the flight but cannot issue an official letter; no clause covers it.",
+    ),
+)
+
+RETAIL = (
+    OutOfScopeRequest(
+        "price_adjustment",
+        "The {item} in your delivered order {order_id} is now cheaper on the website. You want the price difference "
+        "refunded while keeping the item.",
+        "return_delivered_order_items (returns the item); exchange_delivered_order_items (other option of the same "
+        "product); modify_pending_order_payment (pending orders only).",
+        "Return delivered order; Exchange delivered order; Modify payment.",
+        "Keeping the item rules out return and exchange; no clause covers partial refunds, nor forbids them.",
+    ),
+    OutOfScopeRequest(
+        "warranty_repair",
+        "The {item} from your delivered order {order_id} stopped working. You want it repaired under warranty; you do "
+        "not want to return or exchange it.",
+        "return_delivered_order_items; exchange_delivered_order_items; get_product_details (no warranty information).",
+        "Return delivered order; Exchange delivered order.",
+        "Repairs and warranties appear nowhere in the tools or the policy.",
+    ),
+    OutOfScopeRequest(
+        "missing_package",
+        "Your order {order_id} (with the {item}) is marked delivered but never arrived. You want the carrier to "
+        "investigate and the package found.",
+        "get_order_details (tracking id only); return_delivered_order_items (needs the items back); "
+        "exchange_delivered_order_items.",
+        "Order attributes (fulfillments with tracking ids); Return delivered order.",
+        "No tool contacts a carrier or opens an investigation, and no clause covers lost packages.",
+    ),
+    OutOfScopeRequest(
+        "damage_claim",
+        "The {item} from your order {order_id} overheated and scorched your kitchen table. You want to file a damage "
+        "claim for the table.",
+        "return_delivered_order_items and exchange_delivered_order_items (the item, not the damage); "
+        "get_product_details.",
+        "Return delivered order; Exchange delivered order.",
+        "Claims for damage to other property are covered by no tool and no clause.",
+    ),
+    OutOfScopeRequest(
+        "tax_invoice",
+        "You need a tax invoice with your company's name and tax id for your order {order_id} (with the {item}).",
+        "get_order_details (payment history only); no document tool exists.",
+        "Order attributes; provide information about their own orders.",
+        "The agent may read an order but cannot issue documents; no clause covers invoices.",
+    ),
+    OutOfScopeRequest(
+        "change_email",
+        "You want the email address on your account changed to a new one you just created.",
+        "modify_user_address (address fields only); get_user_details (read only).",
+        "Modify their default user address; User profile attributes.",
+        "Only the address can be modified; no clause covers the email, nor forbids changing it.",
+    ),
+    OutOfScopeRequest(
+        "change_account_name",
+        "You recently married and want the last name on your account changed.",
+        "modify_user_address (address fields only); get_user_details (read only).",
+        "Modify their default user address; User profile attributes.",
+        "No tool changes a user's name and no clause covers it.",
+    ),
+    OutOfScopeRequest(
+        "add_payment_method",
+        "You want to add a new credit card to your account for future purchases.",
+        "modify_pending_order_payment (existing methods, pending orders); get_user_details (read only).",
+        "Modify payment; User profile (payment methods).",
+        "No tool adds a payment method and no clause covers adding one.",
+    ),
+    OutOfScopeRequest(
+        "close_account",
+        "You want your account closed and your personal data deleted.",
+        "get_user_details (read only); modify_user_address; no account tool exists.",
+        "What the agent can help with (orders, returns, exchanges, default address, information).",
+        "No tool closes accounts or deletes data, and no clause covers it.",
+    ),
+    OutOfScopeRequest(
+        "place_new_order",
+        "You want to place a new order for a second {item}, shipped to your default address.",
+        "list_all_product_types and get_product_details (read only); no tool creates an order.",
+        "What the agent can help with: cancel or modify pending orders, return or exchange delivered orders.",
+        "Buying is not among the agent's actions; no clause forbids it, so it is out of scope rather than denied.",
+    ),
+    OutOfScopeRequest(
+        "loyalty_points",
+        "You want the loyalty reward points from your order {order_id} added to your account.",
+        "get_user_details (no points balance); get_order_details.",
+        "User profile attributes; Order attributes.",
+        "Reward points do not exist in the database or the policy.",
+    ),
+    OutOfScopeRequest(
+        "restock_alert",
+        "The {item} you bought in order {order_id} comes in a color that is out of stock. You want to be notified by "
+        "email when it is back in stock.",
+        "get_product_details (current availability only); no notification tool exists.",
+        "Product (variant availability); provide information about related products.",
+        "The agent can report availability now but cannot subscribe anyone to notifications; no clause covers it.",
+    ),
+)
+
+CATALOG = {"airline": AIRLINE, "retail": RETAIL}

@@ -1,0 +1,21 @@
+"""Where the committed task sets and manifests live (relative to the repository root)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TASKS_DIR = Path("data/tasks")
+LABELS_FILE = Path("data/manifests/labels_v1.json")
+SPLITS_FILE = Path("data/manifests/splits_v1.json")
+OVERRIDES_FILE = Path("data/manifests/label_overrides_v1.json")
+CATALOG_DOC = Path("docs/out_of_scope.md")
+
+
+def task_file(domain: str, kind: str) -> Path:
+    return TASKS_DIR / domain / f"{kind}.json"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

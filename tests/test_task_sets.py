@@ -1,0 +1,391 @@
+"""Task sets, labels and manifests (handoff.tasks): determinism, counts, splits, tau2 compatibility,
+override validation and the hash chain. Everything runs on the pinned tau2 package; no model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+
+import pytest
+
+import handoff  # noqa: F401  (prepares the process for tau2)
+from handoff.cli import main as cli_main
+from handoff.rules.label import Label
+from handoff.tasks import DOMAINS, get_task, load_tasks, manifest_hashes, parse_derived_id, paths, split_of
+from handoff.tasks.derive import ASKS_FOR_HUMAN, COUNTS, KINDS
+from handoff.tasks.labels import ManifestError, Override, apply_override, load_labels, read_overrides
+from handoff.tasks.manifests import check, render
+from handoff.tasks.out_of_scope import CATALOG
+from handoff.tasks.upstream import TRANSFER_TOOL, has_gold_transfer, upstream_splits, write_tools
+
+ROOT = paths.REPO_ROOT
+MIN_COUNT = {"airline": 20, "retail": 30}
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return render(ROOT)
+
+
+def derived(domain: str) -> list:
+    return load_tasks(domain, kinds=list(KINDS))
+
+
+# --- determinism ------------------------------------------------------------------------------------------
+
+
+def test_committed_files_are_a_fresh_build(rendered):
+    """The committed files were built in another process: equal bytes mean the build is deterministic."""
+    for rel, data in rendered.items():
+        assert (ROOT / rel).read_bytes() == data, f"{rel} differs from a fresh build: run `handoff labels build`"
+    assert render(ROOT) == rendered
+
+
+def test_labels_check_passes_on_the_checkout(capsys):
+    assert cli_main(["labels", "check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+# --- counts and content -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_counts_and_ids(domain):
+    upstream = load_tasks(domain, kinds=["upstream"])
+    assert len(upstream) == {"airline": 50, "retail": 114}[domain]
+    for kind in KINDS:
+        tasks = load_tasks(domain, kinds=[kind])
+        assert len(tasks) == COUNTS[domain] >= MIN_COUNT[domain]
+        refs = [parse_derived_id(t.id) for t in tasks]
+        assert {r.kind for r in refs} == {kind}
+        assert len({r.parent_id for r in refs}) == len(tasks), "a parent is used once per kind"
+        for task, ref in zip(tasks, refs):
+            assert task.description.notes == f"kind={kind}; parent={ref.parent_id}; template={ref.template}"
+            assert get_task(domain, task.id) is task
+    all_ids = [t.id for t in load_tasks(domain)]
+    assert len(all_ids) == len(set(all_ids)) == len(upstream) + 3 * COUNTS[domain]
+    assert parse_derived_id("12") is None
+    with pytest.raises(KeyError, match="unknown"):
+        get_task(domain, "explicit_request-999-insist")
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_positive_kinds_reference_a_transfer_and_no_write(domain):
+    for kind in ("explicit_request", "out_of_scope"):
+        for task in load_tasks(domain, kinds=[kind]):
+            criteria = task.evaluation_criteria
+            assert [a.name for a in criteria.actions] == [TRANSFER_TOOL]
+            assert criteria.actions[0].compare_args == [], "the summary is not compared"
+            assert {b.value for b in criteria.reward_basis} == {"DB", "ACTION"}
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_hard_negatives_keep_a_solvable_parent(domain):
+    for task in load_tasks(domain, kinds=["hard_negative"]):
+        parent = get_task(domain, parse_derived_id(task.id).parent_id)
+        assert not has_gold_transfer(parent) and parent.id not in ASKS_FOR_HUMAN[domain]
+        assert any(a.name in write_tools(domain) for a in parent.evaluation_criteria.actions)
+        assert task.evaluation_criteria == parent.evaluation_criteria
+        assert task.user_scenario.persona
+        instructions = task.user_scenario.instructions
+        assert instructions.reason_for_call == parent.user_scenario.instructions.reason_for_call
+        assert "Never ask for a human agent" in instructions.task_instructions
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_out_of_scope_catalog(domain):
+    catalog = CATALOG[domain]
+    assert len({r.id for r in catalog}) == len(catalog) >= 10
+    assert all(r.tools_checked and r.policy_checked and r.why for r in catalog)
+    used = {parse_derived_id(t.id).template for t in load_tasks(domain, kinds=["out_of_scope"])}
+    assert used == {r.id for r in catalog}, "every request of the catalog is used"
+    doc = (ROOT / paths.CATALOG_DOC).read_text()
+    assert all(f"`{r.id}`" in doc for r in catalog)
+    for task in load_tasks(domain, kinds=["out_of_scope"]):
+        text = task.user_scenario.instructions.reason_for_call
+        assert "{" not in text and "human" not in task.user_scenario.instructions.task_instructions.replace(
+            "Do not ask for a human agent yourself", ""
+        )
+
+
+# --- splits -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_splits_inherit_and_do_not_leak(domain):
+    manifest = json.loads((ROOT / paths.SPLITS_FILE).read_text())["domains"][domain]
+    train, test = set(manifest["train"]), set(manifest["test"])
+    assert not train & test
+    assert train | test == {t.id for t in load_tasks(domain)}
+    assert {t.id for t in load_tasks(domain, split="train")} == train
+    assert {t.id for t in load_tasks(domain, split="test")} == test
+    sides = defaultdict(set)
+    for task_id in train | test:
+        ref = parse_derived_id(task_id)
+        root_id = ref.parent_id if ref else task_id
+        sides[root_id].add("train" if task_id in train else "test")
+        assert split_of(domain, task_id) == upstream_splits(domain)[root_id]
+    assert all(len(s) == 1 for s in sides.values()), "a parent on both sides of the split"
+    for kind in KINDS:  # stratified: both splits get derived tasks of every kind
+        assert {split_of(domain, t.id) for t in load_tasks(domain, kinds=[kind])} == {"train", "test"}
+    with pytest.raises(ValueError, match="unknown split"):
+        load_tasks(domain, split="base")
+
+
+# --- labels -----------------------------------------------------------------------------------------------
+
+
+def test_labels_follow_the_rules():
+    labels = load_labels()
+    for domain in DOMAINS:
+        for task in load_tasks(domain):
+            label = labels[(domain, task.id)]
+            ref = parse_derived_id(task.id)
+            expected = ref.kind if ref else ("gold_transfer_action" if has_gold_transfer(task) else "no_transfer")
+            assert label.base_rule == expected
+            if not label.overridden:
+                assert label.should_transfer == (expected != "no_transfer" and expected != "hard_negative")
+    assert labels[("airline", "13")] == Label(should_transfer=True, rule="gold_transfer_action")
+    assert labels[("retail", "25")].rule == "override:no_transfer" and labels[("retail", "25")].should_transfer
+    assert len(labels) == sum(len(load_tasks(d)) for d in DOMAINS)
+
+
+def test_label_model():
+    assert Label(should_transfer=True, rule="override:no_transfer", reason="hand-checked").overridden
+    with pytest.raises(ValueError, match="unknown rule"):
+        Label(should_transfer=True, rule="because")
+    with pytest.raises(ValueError, match="non-empty reason"):
+        Label(should_transfer=True, rule="override:no_transfer")
+
+
+# --- overrides --------------------------------------------------------------------------------------------
+
+KNOWN = {"airline": {"1", "2"}, "retail": {"7"}}
+
+
+def write_overrides(tmp_path, domains):
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps({"domains": domains}))
+    return path
+
+
+def test_valid_overrides_are_read_and_applied(tmp_path):
+    path = write_overrides(tmp_path, {"airline": {"1": {"should_transfer": True, "reason": "asks for a human"}}})
+    overrides = read_overrides(path, KNOWN)
+    assert overrides == {("airline", "1"): Override(should_transfer=True, reason="asks for a human")}
+    label = apply_override("airline/1", Label(should_transfer=False, rule="no_transfer"), overrides[("airline", "1")])
+    assert label == Label(should_transfer=True, rule="override:no_transfer", reason="asks for a human")
+    assert read_overrides(write_overrides(tmp_path, {}), KNOWN) == {}
+
+
+@pytest.mark.parametrize(
+    "domains, message",
+    [
+        ({"airline": {"1": {"should_transfer": True}}}, "airline/1: reason: Field required"),
+        ({"airline": {"1": {"should_transfer": True, "reason": "  "}}}, "airline/1: reason: Value error, reason must not be empty"),
+        ({"airline": {"1": {"should_transfer": "yes", "reason": "r"}}}, "airline/1: should_transfer: Input should be a valid boolean"),
+        ({"airline": {"2": {"should_transfer": 1, "reason": "r"}}}, "airline/2: should_transfer: Input should be a valid boolean"),
+        ({"airline": {"1": {"should_transfer": True, "reason": 3}}}, "airline/1: reason: Input should be a valid string"),
+        ({"airline": {"1": {"should_transfer": True, "reason": "r", "rule": "x"}}}, "airline/1: rule: Extra inputs"),
+        ({"airline": {"99": {"should_transfer": True, "reason": "r"}}}, "airline/99: unknown task id"),
+        ({"telecom": {"1": {"should_transfer": True, "reason": "r"}}}, "telecom: unknown domain"),
+        ({"retail": ["7"]}, "retail: expected an object"),
+    ],
+)
+def test_invalid_overrides_are_rejected_naming_the_entry(tmp_path, domains, message):
+    with pytest.raises(ManifestError, match="invalid overrides") as exc:
+        read_overrides(write_overrides(tmp_path, domains), KNOWN)
+    assert message in str(exc.value)
+
+
+def test_malformed_override_files_and_no_op_overrides(tmp_path):
+    path = tmp_path / "overrides.json"
+    path.write_text("{not json")
+    with pytest.raises(ManifestError, match="cannot read overrides"):
+        read_overrides(path, KNOWN)
+    path.write_text(json.dumps({"airline": {}}))
+    with pytest.raises(ManifestError, match='expected {"domains"'):
+        read_overrides(path, KNOWN)
+    with pytest.raises(ManifestError, match="override airline/1: should_transfer=False does not change the label"):
+        apply_override(
+            "airline/1", Label(should_transfer=False, rule="no_transfer"), Override(should_transfer=False, reason="r")
+        )
+
+
+# --- hash chain and `labels check` on a copy of the repository --------------------------------------------
+
+
+@pytest.fixture
+def repo_copy(tmp_path):
+    for rel in ("data", paths.CATALOG_DOC):
+        source, target = ROOT / rel, tmp_path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+    return tmp_path
+
+
+def test_hash_chain():
+    hashes = manifest_hashes()
+    labels = json.loads((ROOT / paths.LABELS_FILE).read_text())
+    splits = json.loads((ROOT / paths.SPLITS_FILE).read_text())
+    assert splits["labels_sha256"] == hashes["labels_sha256"] == paths.sha256_file(ROOT / paths.LABELS_FILE)
+    assert labels["inputs"]["overrides_sha256"] == hashes["overrides_sha256"]
+    assert hashes["splits_sha256"] == paths.sha256_file(ROOT / paths.SPLITS_FILE)
+    for rel, sha in labels["inputs"]["tasks_sha256"].items():
+        assert paths.sha256_file(ROOT / rel) == sha
+    assert labels["tau2"]["version"] == hashes["tau2_version"] == "26.3"
+    assert labels["tau2"]["commit"] == hashes["tau2_commit"] == "0ed2fd8"
+
+
+def test_changing_an_override_without_rebuilding_fails_the_check(repo_copy, capsys):
+    before = manifest_hashes(repo_copy)
+    overrides_path = repo_copy / paths.OVERRIDES_FILE
+    doc = json.loads(overrides_path.read_text())
+    doc["domains"]["airline"]["3"]["reason"] = "a different reason"
+    overrides_path.write_text(json.dumps(doc, indent=2))
+    assert cli_main(["labels", "check", "--root", str(repo_copy)]) == 1
+    err = capsys.readouterr().err
+    assert "recorded sha256 of data/manifests/label_overrides_v1.json does not match" in err
+    assert "/labels/airline/3/reason" in err and "splits_v1.json: stale" in err
+    with pytest.raises(ManifestError, match="stale"):
+        load_labels(repo_copy)
+    assert cli_main(["labels", "build", "--root", str(repo_copy)]) == 0
+    assert check(repo_copy) == []
+    after = manifest_hashes(repo_copy)
+    assert {k for k in before if before[k] != after[k]} == {"overrides_sha256", "labels_sha256", "splits_sha256"}
+    assert load_labels(repo_copy)[("airline", "3")].reason == "a different reason"
+
+
+def test_check_names_edited_task_files_and_broken_links(repo_copy):
+    task_file = repo_copy / paths.task_file("retail", "hard_negative")
+    tasks = json.loads(task_file.read_text())
+    tasks[0]["user_scenario"]["persona"] = "calm"
+    task_file.write_text(json.dumps(tasks, indent=2))
+    labels_file = repo_copy / paths.LABELS_FILE
+    labels_file.write_text(labels_file.read_text().replace('"version": 1', '"version": 1 '))
+    problems = "\n".join(check(repo_copy))
+    assert "splits_v1.json: labels_sha256" in problems and "does not match data/manifests/labels_v1.json" in problems
+    assert "recorded sha256 of data/tasks/retail/hard_negative.json does not match" in problems
+    assert f"/{tasks[0]['id']}/user_scenario/persona: committed \"calm\"" in problems
+
+
+def test_invalid_override_makes_the_cli_fail(repo_copy, capsys):
+    (repo_copy / paths.OVERRIDES_FILE).write_text(
+        json.dumps({"domains": {"retail": {"no-such-task": {"should_transfer": True, "reason": "r"}}}})
+    )
+    assert cli_main(["labels", "check", "--root", str(repo_copy)]) == 2
+    assert "retail/no-such-task: unknown task id" in capsys.readouterr().err
+
+
+# --- every derived task runs in tau2's Orchestrator; tau2's evaluator rewards the intended behaviour --------
+
+from tau2.agent.base import BaseAgent  # noqa: E402
+from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage  # noqa: E402
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
+from tau2.orchestrator.orchestrator import Orchestrator  # noqa: E402
+from tau2.registry import registry  # noqa: E402
+from tau2.user.base import BaseUser  # noqa: E402
+from tau2.utils.utils import get_now  # noqa: E402
+
+TRANSFER_MESSAGE = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."
+
+
+class ScriptedUser(BaseUser):
+    """Says its lines in order."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__()
+        self.lines = list(lines)
+
+    def get_init_state(self, message_history=None):
+        return list(message_history or [])
+
+    def generate_next_message(self, message, state):
+        return UserMessage(role="user", content=self.lines.pop(0)), state + [message]
+
+    @classmethod
+    def is_stop(cls, message) -> bool:
+        return any(token in (message.content or "") for token in ("###STOP###", "###TRANSFER###"))
+
+    def set_seed(self, seed: int) -> None:
+        pass
+
+
+class ScriptedAgent(BaseAgent):
+    """Sends its turns in order, stamped when sent (tau2 orders the trajectory by timestamp)."""
+
+    def __init__(self, turns: list[AssistantMessage]):
+        self.turns = list(turns)
+
+    def get_init_state(self, message_history=None):
+        return None
+
+    def generate_next_message(self, message, state):
+        return self.turns.pop(0).model_copy(update={"timestamp": get_now()}), state
+
+    def stop(self, message=None, state=None) -> None:
+        pass
+
+
+def say(text: str) -> AssistantMessage:
+    return AssistantMessage(role="assistant", content=text)
+
+
+def call(name: str, arguments: dict, n: int = 0) -> AssistantMessage:
+    return AssistantMessage(role="assistant", tool_calls=[ToolCall(id=f"call_{n}", name=name, arguments=arguments)])
+
+
+def transfer() -> AssistantMessage:
+    return call(TRANSFER_TOOL, {"summary": "The user needs a human agent."})
+
+
+def opening(task) -> str:
+    return task.user_scenario.instructions.reason_for_call.split("\n")[0]
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_every_derived_task_runs_a_step_in_the_orchestrator(domain):
+    environment = registry.get_env_constructor(domain)()  # one db for all tasks: nothing below writes
+    db_hash = environment.get_db_hash()
+    for task in derived(domain):
+        positive = parse_derived_id(task.id).kind != "hard_negative"
+        agent = ScriptedAgent([transfer() if positive else say("Sure, let me look into it.")])
+        orchestrator = Orchestrator(domain, agent, ScriptedUser([opening(task)]), environment, task)
+        orchestrator.initialize()
+        orchestrator.step()  # user -> agent
+        orchestrator.step()  # agent -> environment (transfer) or user
+        if positive:
+            orchestrator.step()  # environment -> agent
+            assert isinstance(orchestrator.trajectory[-1], ToolMessage)
+            assert orchestrator.trajectory[-1].content == "Transfer successful"
+        assert [m.role for m in orchestrator.trajectory[:3]] == ["assistant", "user", "assistant"]
+        assert not orchestrator.done, task.id
+    assert environment.get_db_hash() == db_hash
+
+
+def reward(domain: str, task, turns: list[AssistantMessage], lines: list[str]) -> float:
+    environment = registry.get_env_constructor(domain)()
+    simulation = Orchestrator(domain, ScriptedAgent(turns), ScriptedUser(lines), environment, task).run()
+    info = evaluate_simulation(simulation, task, EvaluationType.ALL, solo_mode=False, domain=domain)
+    return info.reward
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("kind", ["explicit_request", "out_of_scope"])
+def test_transfer_earns_reward_and_not_transferring_does_not(domain, kind):
+    task = load_tasks(domain, kinds=[kind])[0]
+    assert reward(domain, task, [transfer(), say(TRANSFER_MESSAGE)], [opening(task), "###TRANSFER###"]) == 1.0
+    assert reward(domain, task, [say("I can handle that myself.")], [opening(task), "###STOP###"]) == 0.0
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_hard_negative_rewards_the_parent_solution_not_a_transfer(domain):
+    task = next(
+        t for t in load_tasks(domain, kinds=["hard_negative"])
+        if not any("," in info for info in t.evaluation_criteria.communicate_info or [])
+    )
+    solution = [call(a.name, a.arguments, i) for i, a in enumerate(task.evaluation_criteria.actions)]
+    summary = say(" ".join(task.evaluation_criteria.communicate_info or []) or "All done.")
+    assert reward(domain, task, solution + [summary], [opening(task), "###STOP###"]) == 1.0
+    assert reward(domain, task, [transfer(), say(TRANSFER_MESSAGE)], [opening(task), "###TRANSFER###"]) == 0.0
