@@ -9,10 +9,11 @@ from functools import lru_cache
 
 import handoff  # noqa: F401  (prepares the process for tau2)
 from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
-from tau2.data_model.simulation import RewardInfo, SimulationRun
+from tau2.data_model.simulation import AgentInfo, Info, Results, RewardInfo, SimulationRun, UserInfo
 from tau2.data_model.tasks import Task
 from tau2.domains.airline import environment as airline
 from tau2.domains.retail import environment as retail
+from tau2.environment.environment import EnvironmentInfo
 
 from handoff.rules import FormatEvent, TaskContext, Trajectory
 from handoff.rules.events import TERMINATION_INFO_KEY
@@ -34,6 +35,16 @@ def task(domain: str, task_id: str) -> Task:
 
 def context(domain: str, task_id: str | None = None) -> TaskContext:
     return TaskContext.for_task(domain, task(domain, task_id) if task_id is not None else None)
+
+
+def tau2_results(domain: str, task_ids: list[str], simulations: list[SimulationRun], trials: int = 1) -> Results:
+    """A tau2 results object, as `tau2 run` saves it."""
+    info = Info(
+        git_commit="test", num_trials=trials, max_steps=10, max_errors=4,
+        user_info=UserInfo(implementation="user_simulator"), agent_info=AgentInfo(implementation="handoff_agent"),
+        environment_info=EnvironmentInfo(domain_name=domain, policy=""),
+    )  # fmt: skip
+    return Results(info=info, tasks=[task(domain, t) for t in dict.fromkeys(task_ids)], simulations=simulations)
 
 
 class Episode:

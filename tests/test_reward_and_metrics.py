@@ -4,9 +4,8 @@ against tau2's own pass^k."""
 from __future__ import annotations
 
 import pytest
-from rules_episodes import CANCEL, RETAIL_ORDER, Episode, authenticated_retail, context, task
-from tau2.data_model.simulation import AgentInfo, Info, Results, RewardInfo, SimulationRun, UserInfo
-from tau2.environment.environment import EnvironmentInfo
+from rules_episodes import CANCEL, RETAIL_ORDER, Episode, authenticated_retail, context, tau2_results
+from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.metrics.agent_metrics import compute_metrics as tau2_compute_metrics
 
 from handoff.rules import FormatEvent, FormatKind, Label, RewardWeights, RuleId, score_episode
@@ -179,9 +178,7 @@ def test_pass_hat_k_is_tau2s():
                       reward_info=RewardInfo(reward=r), messages=[], trial=i)
         for t, rs in rewards.items() for i, r in enumerate(rs)
     ]  # fmt: skip
-    info = Info(git_commit="x", num_trials=3, max_steps=10, max_errors=4, user_info=UserInfo(implementation="u"),
-                agent_info=AgentInfo(implementation="a"), environment_info=EnvironmentInfo(domain_name="retail", policy=""))  # fmt: skip
-    expected = tau2_compute_metrics(Results(info=info, tasks=[task("retail", t) for t in rewards], simulations=sims))
+    expected = tau2_compute_metrics(tau2_results("retail", list(rewards), sims, trials=3))
     ours = compute_metrics([score(s.task_id, False, False, tau2=s.reward_info.reward, trial=s.trial) for s in sims])
     assert {k: v.value for k, v in ours.pass_hat_k.items()} == pytest.approx(expected.pass_hat_ks)
     assert ours.tau2_reward.value == pytest.approx(expected.avg_reward)

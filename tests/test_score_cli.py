@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rules_episodes import CANCEL, Episode, authenticated_retail, task
-from tau2.data_model.simulation import AgentInfo, Info, Results, UserInfo
-from tau2.environment.environment import EnvironmentInfo
+from rules_episodes import CANCEL, Episode, authenticated_retail, tau2_results
 
 from handoff.cli import main
 
@@ -34,10 +32,7 @@ def unconfirmed_transfer() -> Episode:
 
 
 def results_file(tmp_path, episodes: list[Episode], domain: str = "retail"):
-    info = Info(git_commit="x", num_trials=1, max_steps=10, max_errors=4, user_info=UserInfo(implementation="u"),
-                agent_info=AgentInfo(implementation="a"), environment_info=EnvironmentInfo(domain_name=domain, policy=""))  # fmt: skip
-    results = Results(info=info, tasks=[task("retail", ep.task_id) for ep in episodes],
-                      simulations=[ep.simulation(reward=0.0) for ep in episodes])  # fmt: skip
+    results = tau2_results(domain, [ep.task_id for ep in episodes], [ep.simulation(reward=0.0) for ep in episodes])
     path = tmp_path / "results.json"
     results.save(path)
     return path
