@@ -3,8 +3,11 @@ negative examples, on conversations played against the real tau2 environments.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from rules_episodes import CANCEL, RETAIL_EMAIL, RETAIL_ORDER, RETAIL_OTHER_ORDER, Episode, authenticated_retail, context, task
+from rules_episodes import CANCEL, RETAIL_EMAIL, RETAIL_ORDER, RETAIL_OTHER_ORDER, Episode, authenticated_retail, context, task, tau2_results
 from tau2.data_model.message import MultiToolMessage
 from tau2.domains.retail.tools import RetailTools
 from tau2.environment.toolkit import ToolType
@@ -402,3 +405,20 @@ def test_results_paired_by_position_when_ids_are_missing():
         if msg["role"] == "tool":
             msg["id"] = ""
     assert [c.ok for c in Trajectory.from_simulation(data, "retail").agent_calls][-2:] == [False, True]
+
+
+def test_load_results_reads_every_simulation(tmp_path):
+    eps = [authenticated_retail("88"), authenticated_retail("10")]
+    path = tmp_path / "results.json"
+    tau2_results("retail", ["88", "10"], [ep.simulation() for ep in eps]).save(path)
+    loaded = Trajectory.load_results(path)
+    assert [(t.domain, t.task_id, len(t.messages)) for t in loaded] == [("retail", "88", 4), ("retail", "10", 4)]
+
+
+def test_rules_package_imports_nothing_else_from_handoff():
+    code = (
+        "import sys, handoff.rules, handoff.rules.metrics, handoff.rules.basis;"
+        "print(sorted(m for m in sys.modules if m.startswith('handoff.') and not m.startswith('handoff.rules')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
