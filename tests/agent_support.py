@@ -1,0 +1,56 @@
+"""Shared by the agent tests: the SmolLM2 tokenizer with the Hermes template, scripted episodes."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import handoff  # noqa: F401  (environment for tau2 before it is imported)
+from handoff.agent.episode import EpisodeResult, EpisodeSettings, run_episode
+from handoff.agent.user import UserSpec, make_user
+from handoff.engine.base import Sampling
+from handoff.engine.chat import ChatFormat
+from handoff.engine.models import SMOLLM2, ensure
+from handoff.engine.scripted import Scripted, ScriptedEngine
+from handoff.tasks import get_task
+
+AIRLINE_USER = "mia_li_3668"  # the user of airline task 0
+
+
+@lru_cache(maxsize=None)
+def chat() -> ChatFormat:
+    return ChatFormat(str(ensure(SMOLLM2)))
+
+
+def call(name: str, arguments) -> str:
+    """A well-formed Hermes tool call."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def settings(**overrides) -> EpisodeSettings:
+    values = dict(max_steps=30, agent_sampling=Sampling(max_tokens=64), max_context_tokens=8192)
+    return EpisodeSettings(**{**values, **overrides})
+
+
+def scripted(completions: list[str | Scripted]) -> ScriptedEngine:
+    return ScriptedEngine(chat().tokenizer, completions)
+
+
+def run(agent_script, user_script, domain="airline", task_id="0", seed=7, **overrides) -> EpisodeResult:
+    """One episode of the scripted agent against the scripted user (on the engine user simulator)."""
+    task = get_task(domain, task_id)
+    user = make_user(UserSpec(), task, engine=scripted(user_script), chat=chat())
+    return run_episode(domain, task, scripted(agent_script), chat(), user, settings(**overrides), seed)
+
+
+def kinds(result: EpisodeResult) -> list[tuple[str, int]]:
+    return [(e.kind.value, e.turn) for e in result.format_events]
+
+
+def comparable(messages) -> list[tuple]:
+    """Messages without timestamps: what must be identical between two runs of one script."""
+    out = []
+    for m in messages:
+        calls = [(c.id, c.name, c.arguments) for c in getattr(m, "tool_calls", None) or []]
+        out.append((m.role, m.content, calls, getattr(m, "error", None), getattr(m, "id", None)))
+    return out
