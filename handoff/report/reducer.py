@@ -9,6 +9,7 @@ deleted and rebuilt from the shards alone, and reducing twice gives byte-identic
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import defaultdict
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field
 from handoff.records import CorruptShard, read_shard, read_shard_header
 from handoff.report.rundir import RunDir, RunDirError, write_atomic
 from handoff.report.scoring import ScoredEpisode, Scorer
-from handoff.rules.metrics import compute_metrics
+from handoff.rules.metrics import Metrics, compute_metrics
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class GroupMetrics(BaseModel):
     domain: str
     rule: str
     n_episodes: int
-    metrics: dict
+    metrics: Metrics
 
 
 class Reduction(BaseModel):
@@ -59,6 +60,10 @@ class Reduction(BaseModel):
     def domains(self) -> list[str]:
         return sorted({g.domain for g in self.groups} - {ALL})
 
+    def slices(self) -> list[GroupMetrics]:
+        """One group per (checkpoint, domain) that has episodes, all rules together."""
+        return [g for g in self.groups if g.domain != ALL and g.rule == ALL]
+
     @classmethod
     def load(cls, run_dir: str | Path) -> "Reduction":
         """The last reduction written for a run (metrics only, no episodes)."""
@@ -78,9 +83,17 @@ def _load_cached(path: Path, key: dict) -> list[ScoredEpisode] | None:
         return [ScoredEpisode.model_validate_json(line) for line in f]
 
 
+def _verified_sha256(shard: Path) -> str:
+    """The shard's checksum, after checking that its body still matches it."""
+    expected = read_shard_header(shard)["sha256"]
+    if hashlib.sha256(shard.read_bytes().partition(b"\n")[2]).hexdigest() != expected:
+        raise CorruptShard(f"{shard}: checksum mismatch")
+    return expected
+
+
 def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged."""
-    key = _cache_key(read_shard_header(shard)["sha256"], scorer)
+    key = _cache_key(_verified_sha256(shard), scorer)
     cache = cache_dir / shard.name
     cached = _load_cached(cache, key)
     if cached is not None:
@@ -129,16 +142,15 @@ def _slices(episodes: list[ScoredEpisode]) -> dict[tuple[str, int, str, str], li
 def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
     groups = []
     for (model, step, domain, rule), eps in sorted(_slices(episodes).items()):
-        metrics = compute_metrics([e.score for e in eps])
-        groups.append(GroupMetrics(model=model, step=step, domain=domain, rule=rule,
-                                   n_episodes=len(eps), metrics=metrics.model_dump(mode="json")))
+        groups.append(GroupMetrics(model=model, step=step, domain=domain, rule=rule, n_episodes=len(eps),
+                                   metrics=compute_metrics([e.score for e in eps])))
     return groups
 
 
 def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
     """Score what is new in the run, compute all metrics, write reduced/metrics.json."""
     run = RunDir(run_dir)
-    episodes, read, corrupt = score_run(run, scorer or Scorer())
+    episodes, read, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=read,
                           corrupt_shards=corrupt, failed_shards=run.failed_shards(),
                           groups=compute_groups(episodes), episodes=episodes)

@@ -9,21 +9,19 @@ from functools import cached_property
 
 from pydantic import BaseModel
 
-from handoff.records import EpisodeRecord, Usage
-from handoff.rules import RewardWeights, TaskContext, Trajectory, score_episode
-from handoff.rules.score import EpisodeScore
+from handoff.records import EpisodeRecord
+from handoff.rules import EpisodeScore, Label, RewardWeights, TaskContext, Trajectory, score_episode
 from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
 
 
 class ScoredEpisode(BaseModel):
-    """An episode's place in the sweep (checkpoint, step, trial) and its score by the rules."""
+    """An episode's place in the sweep (checkpoint, step, trial, seed) and its score by the rules."""
 
     model: str
     step: int
     trial: int
     seed: int
-    usage: Usage
     score: EpisodeScore
 
     @property
@@ -32,33 +30,40 @@ class ScoredEpisode(BaseModel):
 
 
 class Scorer:
-    """Scores records against their task's label and context, with one set of reward weights."""
+    """Scores records against their task's label and context, with one set of reward weights.
+    Labels and contexts are looked up once per task."""
 
-    def __init__(self, weights: RewardWeights | None = None):
-        self.weights = weights if weights is not None else RewardWeights.load()
-        self._contexts: dict[tuple[str, str], TaskContext] = {}
+    def __init__(self, weights: RewardWeights | str = "default"):
+        self.weights = weights if isinstance(weights, RewardWeights) else RewardWeights.load(weights)
+        self._tasks: dict[tuple[str, str], tuple[Label, TaskContext]] = {}
+
+    @classmethod
+    def for_config(cls, config: dict) -> "Scorer":
+        """With the reward weights of a run's resolved config (its `reward` group), else the defaults."""
+        weights = config.get("reward")
+        return cls(RewardWeights.model_validate(weights) if weights else "default")
 
     @cached_property
     def fingerprint(self) -> str:
         """Changes whenever cached scores would: other weights, labels or handoff version."""
         from handoff import __version__
-        from handoff.tasks.labels import labels_hash
+        from handoff.tasks import paths
 
-        parts = {"weights": self.weights.model_dump(mode="json"), "labels": labels_hash(),
-                 "handoff": __version__}
+        parts = {"weights": self.weights.model_dump(mode="json"), "handoff": __version__,
+                 "labels": paths.sha256_file(paths.REPO_ROOT / paths.LABELS_FILE)}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
-    def _context(self, domain: str, task_id: str) -> TaskContext:
+    def _task(self, domain: str, task_id: str) -> tuple[Label, TaskContext]:
         key = (domain, task_id)
-        if key not in self._contexts:
-            self._contexts[key] = TaskContext.for_task(domain, get_task(domain, task_id))
-        return self._contexts[key]
+        if key not in self._tasks:
+            context = TaskContext.for_task(domain, get_task(domain, task_id))
+            self._tasks[key] = (label_for(domain, task_id), context)
+        return self._tasks[key]
 
     def score(self, record: EpisodeRecord) -> ScoredEpisode:
         traj = Trajectory.from_simulation(
             record.simulation, record.domain, record.format_events,
             prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens)
-        label = label_for(record.domain, record.task_id)
-        score = score_episode(traj, label, self._context(record.domain, record.task_id), self.weights)
-        return ScoredEpisode(model=record.model, step=record.step, trial=record.trial,
-                             seed=record.seed, usage=record.usage, score=score)
+        label, context = self._task(record.domain, record.task_id)
+        return ScoredEpisode(model=record.model, step=record.step, trial=record.trial, seed=record.seed,
+                             score=score_episode(traj, label, context, self.weights))

@@ -107,3 +107,17 @@ def write_run(run_dir: Path, checkpoints: dict[str, tuple[int, Behavior]], tasks
                 shard_id = f"{model}-{domain}-{start // shard_size:05d}"
                 write_shard(run_dir / "shards" / f"{shard_id}.jsonl", shard_id, records[start:start + shard_size])
     return run_dir
+
+
+def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")) -> dict[str, list[str]]:
+    """Up to `per_rule` task ids of each label rule per domain (first in label-file order)."""
+    from handoff.tasks.labels import load_labels
+
+    chosen: dict[str, list[str]] = {d: [] for d in domains}
+    taken: dict[tuple[str, str], int] = {}
+    for (domain, task_id), label in load_labels().items():
+        key = (domain, label.rule)
+        if domain in chosen and taken.get(key, 0) < per_rule:
+            chosen[domain].append(task_id)
+            taken[key] = taken.get(key, 0) + 1
+    return chosen

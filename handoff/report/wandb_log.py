@@ -58,10 +58,10 @@ def flatten(tree, prefix: str = "") -> dict[str, float]:
 
 def run_values(reduction: Reduction, model: str, domain: str) -> dict[str, float]:
     """What one W&B run logs and keeps as summary: the slice's metrics and each rule's."""
-    values = flatten(reduction.group(model, domain).metrics)
+    values = flatten(reduction.group(model, domain).metrics.model_dump(mode="json"))
     for g in reduction.groups:
         if (g.model, g.domain) == (model, domain) and g.rule != ALL:
-            values.update(flatten(g.metrics, f"rule/{g.rule}"))
+            values.update(flatten(g.metrics.model_dump(mode="json"), f"rule/{g.rule}"))
     values[STEP_METRIC] = float(reduction.group(model, domain).step)
     return values
 
@@ -81,15 +81,15 @@ def episode_rows(reduction: Reduction, model: str, domain: str) -> list[list]:
 
 
 @contextlib.contextmanager
-def _wandb_env(wandb_dir: Path, mode: str):
+def _wandb_env(wandb_dir: Path):
     """W&B's directories inside the run directory, for the duration of the logging only."""
-    env = {"WANDB_DIR": wandb_dir, "WANDB_CONFIG_DIR": wandb_dir / "config",
-           "WANDB_CACHE_DIR": wandb_dir / "cache", "WANDB_DATA_DIR": wandb_dir / "data",
-           "WANDB_MODE": mode, "WANDB_SILENT": "true"}
+    dirs = {"WANDB_DIR": wandb_dir, "WANDB_CONFIG_DIR": wandb_dir / "config",
+            "WANDB_CACHE_DIR": wandb_dir / "cache", "WANDB_DATA_DIR": wandb_dir / "data"}
+    env = {**{k: str(v) for k, v in dirs.items()}, "WANDB_SILENT": "true"}
     saved = {k: os.environ.get(k) for k in env}
-    for key, value in env.items():
-        Path(value).mkdir(parents=True, exist_ok=True) if key.endswith("DIR") else None
-        os.environ[key] = str(value)
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    os.environ.update(env)
     try:
         yield
     finally:
@@ -106,13 +106,14 @@ def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, mode: s
 
     step = reduction.group(model, domain).step
     rid = run_id(run.root, model, domain)
-    config = {**run.config, "checkpoint": {"name": model, "step": step}, "domain": domain}
+    config = {**run.config, "eval": {"checkpoint": model, "step": step, "domain": domain, "run_dir": str(run.root)}}
     wb = wandb.init(
         project=logger_cfg.get("project", "handoff"), entity=logger_cfg.get("entity"),
         group=reduction.run, job_type="eval", name=f"{model}/{domain}", id=rid, resume="allow",
         tags=[reduction.run, model, domain, *logger_cfg.get("tags", [])], config=config,
         dir=str(run.wandb), mode=mode, reinit="create_new",
-        settings=wandb.Settings(console="off", x_disable_stats=True, init_timeout=60),
+        settings=wandb.Settings(console="off", x_disable_stats=True,
+                                init_timeout=logger_cfg.get("init_timeout_s", 60)),
     )
     try:
         wb.define_metric(STEP_METRIC)
@@ -126,29 +127,38 @@ def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, mode: s
     return rid
 
 
+def _error(g, mode: str, exc: Exception) -> str:
+    message = " ".join(str(exc).split())
+    return f"{g.model}/{g.domain} ({mode}): {type(exc).__name__}: {message}"
+
+
+def resolve_mode(logger_cfg: dict) -> str:
+    """online when a W&B key is configured or the config asks for it, else offline."""
+    if logger_cfg.get("mode") == "online" or os.environ.get("WANDB_API_KEY"):
+        return "online"
+    return "offline"
+
+
 def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | None = None) -> WandbResult:
-    """Log every (checkpoint, domain) of the reduction. Online if a key is set, else offline;
-    a run that fails online is written offline; failures are returned in `errors`."""
+    """Log every (checkpoint, domain) of the reduction. When the server cannot be reached, that
+    run and all the following ones are written offline instead; failures are returned in `errors`."""
     run, logger_cfg = RunDir(run_dir), dict(logger_cfg or {})
-    mode = logger_cfg.get("mode") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-    result = WandbResult(dir=run.wandb, mode=mode)
-    with _wandb_env(run.wandb, mode):
-        for model, _ in reduction.checkpoints():
-            for domain in reduction.domains():
+    result = WandbResult(dir=run.wandb, mode=resolve_mode(logger_cfg))
+    mode = result.mode
+    with _wandb_env(run.wandb):
+        for g in reduction.slices():
+            try:
+                result.run_ids.append(_log_one(reduction, run, g.model, g.domain, mode, logger_cfg))
+                continue
+            except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
+                result.errors.append(_error(g, mode, exc))
+            if mode != "offline":
+                import wandb
+
+                wandb.teardown()  # frees the run id the failed online run still holds
+                mode = "offline"
                 try:
-                    result.run_ids.append(_log_one(reduction, run, model, domain, mode, logger_cfg))
-                except Exception as exc:  # noqa: BLE001 - reported, the reducer's files are safe
-                    result.errors.append(f"{model}/{domain} ({mode}): {type(exc).__name__}: {exc}")
-                    if mode != "offline":
-                        _log_offline_fallback(reduction, run, model, domain, logger_cfg, result)
+                    result.run_ids.append(_log_one(reduction, run, g.model, g.domain, mode, logger_cfg))
+                except Exception as exc:  # noqa: BLE001
+                    result.errors.append(_error(g, mode, exc))
     return result
-
-
-def _log_offline_fallback(reduction, run, model, domain, logger_cfg, result) -> None:
-    os.environ["WANDB_MODE"] = "offline"
-    try:
-        result.run_ids.append(_log_one(reduction, run, model, domain, "offline", logger_cfg))
-    except Exception as exc:  # noqa: BLE001
-        result.errors.append(f"{model}/{domain} (offline): {type(exc).__name__}: {exc}")
-    finally:
-        os.environ["WANDB_MODE"] = result.mode

@@ -1,0 +1,52 @@
+"""Reporting on a run directory: the incremental reducer (rules + metrics per checkpoint, domain
+and rule id), W&B logging, the Markdown/HTML report, paired comparison and the tau2 export.
+
+`finish_run` is what a sweep calls at its end.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_run
+from handoff.report.render import write_report
+from handoff.report.rundir import RunDir, RunDirError, write_atomic
+from handoff.report.wandb_log import WandbResult, log_reduction
+
+__all__ = ["ALL", "GroupMetrics", "Reduction", "RunDir", "RunDirError", "WandbResult", "finish_run",
+           "log_reduction", "reduce_run", "write_report"]
+
+
+def _as_dict(cfg) -> dict:
+    if cfg is None or isinstance(cfg, dict):
+        return cfg or {}
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, Path]:
+    """Reduce the run (written to reduced/ before anything else), log it to W&B, write the report.
+
+    `cfg` is the resolved sweep config (dict or OmegaConf); default: the run's manifest. W&B
+    failures are printed and written to wandb/errors.txt, never raised. Returns the paths of
+    metrics.json, the per-shard scores, the W&B directory, and the report files."""
+    run = RunDir(run_dir)
+    reduction = reduce_run(run.root)
+    paths = {"metrics": run.reduced / "metrics.json", "scores": run.reduced / "scores"}
+    logger_cfg = (_as_dict(cfg) or run.config).get("logger") or {}
+    if logger_cfg.get("mode") != "disabled":
+        result = log_reduction(run.root, reduction, logger_cfg)
+        paths["wandb"] = result.dir
+        errors = run.wandb / "errors.txt"
+        if result.errors:
+            write_atomic(errors, "\n".join(result.errors) + "\n")
+            paths["wandb_errors"] = errors
+            print(f"handoff: W&B logging failed for {len(result.errors)} run(s), results are safe in "
+                  f"{paths['metrics']}; see {errors}", file=sys.stderr)
+        else:
+            errors.unlink(missing_ok=True)
+    if report:
+        paths.update(write_report(run.root, reduction))
+    return paths

@@ -1,0 +1,77 @@
+"""Paired comparison of two checkpoints (of two runs, or two of one sweep) on the tasks both ran:
+A - B for every headline metric with its 95% interval (paired bootstrap over tasks,
+handoff.rules.metrics.paired_difference); a difference is significant when its interval excludes 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from handoff.report.reducer import reduce_run
+from handoff.report.rundir import RunDirError
+from handoff.rules import EpisodeScore
+from handoff.rules.metrics import Difference, PairedComparison, paired_difference
+
+
+class Side(BaseModel):
+    run_dir: Path
+    checkpoint: str
+    domain: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.run_dir.name}:{self.checkpoint}" + (f":{self.domain}" if self.domain else "")
+
+
+class Comparison(BaseModel):
+    a: str
+    b: str
+    result: PairedComparison
+    significant: dict[str, bool]
+
+
+def significant(d: Difference) -> bool:
+    return d.lo is not None and d.hi is not None and (d.lo > 0 or d.hi < 0)
+
+
+def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None) -> tuple[Side, list[EpisodeScore]]:
+    """The (incrementally reduced) scores of one checkpoint of a run, optionally of one domain."""
+    episodes = reduce_run(run_dir).episodes
+    names = sorted({e.model for e in episodes})
+    if checkpoint is None:
+        if len(names) != 1:
+            raise RunDirError(f"{run_dir} has checkpoints {', '.join(names) or '(none)'}: name one")
+        checkpoint = names[0]
+    if checkpoint not in names:
+        raise RunDirError(f"{run_dir} has no checkpoint {checkpoint!r} (it has {', '.join(names)})")
+    scores = [e.score for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
+    if not scores:
+        raise RunDirError(f"{run_dir}: checkpoint {checkpoint!r} has no episodes in domain {domain!r}")
+    return Side(run_dir=Path(run_dir), checkpoint=checkpoint, domain=domain), scores
+
+
+def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore]]) -> Comparison:
+    result = paired_difference(a[1], b[1])
+    if result.n_tasks == 0:
+        raise RunDirError(f"{a[0].label} and {b[0].label} have no task in common")
+    return Comparison(a=a[0].label, b=b[0].label, result=result,
+                      significant={name: significant(d) for name, d in result.metrics.items()})
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.4f}" if x < 0 or x > 0 else "0"
+
+
+def format_table(cmp: Comparison) -> str:
+    r = cmp.result
+    lines = [f"A = {cmp.a}   B = {cmp.b}",
+             f"{r.n_tasks} shared tasks ({r.n_episodes_a} episodes in A, {r.n_episodes_b} in B)",
+             "", f"{'metric':34} {'A':>9} {'B':>9} {'A-B':>9}  {'95% interval':>21}  significant"]
+    for name, d in r.metrics.items():
+        a = "n/a" if d.a is None else f"{d.a:.4f}"
+        b = "n/a" if d.b is None else f"{d.b:.4f}"
+        interval = f"[{_num(d.lo)}, {_num(d.hi)}]"
+        lines.append(f"{name:34} {a:>9} {b:>9} {_num(d.diff):>9}  {interval:>21}  "
+                     f"{'yes' if cmp.significant[name] else 'no'}")
+    return "\n".join(lines)

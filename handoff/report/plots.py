@@ -1,0 +1,93 @@
+"""The report's figures (matplotlib, Agg): hand-off confusion matrices per checkpoint,
+precision/recall over checkpoint steps, violation and format-error rates over steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from handoff.report.reducer import ALL, GroupMetrics, Reduction  # noqa: E402
+from handoff.rules.metrics import Interval  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def confusion_matrices(reduction: Reduction, path: Path) -> Path:
+    """One 2x2 matrix (rows: label, columns: decision) per checkpoint and domain, all domains last."""
+    checkpoints, domains = reduction.checkpoints(), reduction.domains() + [ALL]
+    fig, axes = plt.subplots(len(checkpoints), len(domains), squeeze=False,
+                             figsize=(2.6 * len(domains), 2.4 * len(checkpoints)))
+    for row, (model, step) in enumerate(checkpoints):
+        for col, domain in enumerate(domains):
+            ax = axes[row][col]
+            try:
+                c = reduction.group(model, domain).metrics.handoff.confusion
+            except KeyError:
+                ax.axis("off")
+                continue
+            cells = [[c.tp, c.fn], [c.fp, c.tn]]
+            ax.imshow(cells, cmap="Blues", vmin=0)
+            for i in range(2):
+                for j in range(2):
+                    ax.text(j, i, str(cells[i][j]), ha="center", va="center")
+            ax.set_xticks([0, 1], ["transfer", "no transfer"])
+            ax.set_yticks([0, 1], ["should", "should not"])
+            ax.set_title(f"{model} (step {step})\n{domain}", fontsize=8)
+    fig.suptitle("Hand-off decisions (rows: label, columns: agent)")
+    return _save(fig, path)
+
+
+def _series(groups: list[GroupMetrics], pick) -> tuple[list[int], list[float], list[list[float]]]:
+    """x (steps), y and asymmetric error bars of an Interval picked from each group's metrics."""
+    xs, ys, lo, hi = [], [], [], []
+    for g in sorted(groups, key=lambda g: g.step):
+        iv: Interval = pick(g.metrics)
+        if iv.value is None:
+            continue
+        xs.append(g.step)
+        ys.append(iv.value)
+        lo.append(iv.value - (iv.lo if iv.lo is not None else iv.value))
+        hi.append((iv.hi if iv.hi is not None else iv.value) - iv.value)
+    return xs, ys, [lo, hi]
+
+
+def over_steps(reduction: Reduction, panels: dict[str, callable], path: Path, title: str) -> Path:
+    """One panel per metric, one line per domain (and all domains), x = checkpoint step."""
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels), 3.2))
+    for ax, (name, pick) in zip(axes[0], panels.items()):
+        for domain in reduction.domains() + [ALL]:
+            groups = [g for g in reduction.groups if g.domain == domain and g.rule == ALL]
+            xs, ys, err = _series(groups, pick)
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=domain,
+                        linestyle="--" if domain == ALL else "-")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("checkpoint step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def all_plots(reduction: Reduction, out_dir: Path) -> dict[str, Path]:
+    return {
+        "confusion": confusion_matrices(reduction, out_dir / "confusion.png"),
+        "precision_recall": over_steps(reduction, {
+            "precision": lambda m: m.handoff.precision,
+            "recall": lambda m: m.handoff.recall,
+            "F1": lambda m: m.handoff.f1,
+        }, out_dir / "precision_recall.png", "Hand-off precision and recall (95% intervals)"),
+        "rates": over_steps(reduction, {
+            "episodes with a policy violation": lambda m: m.violation_rate["any"],
+            "format errors per 100 assistant turns": lambda m: m.format_errors_per_100_turns["any"],
+            "tau2 reward": lambda m: m.tau2_reward,
+        }, out_dir / "rates.png", "Violations, format errors and task reward (95% intervals)"),
+    }

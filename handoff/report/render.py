@@ -1,0 +1,98 @@
+"""`handoff report`: report/report.md and report/report.html (the same Markdown rendered by
+markdown-it) with the plots of handoff.report.plots, readable without W&B."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from handoff.report.plots import all_plots
+from handoff.report.reducer import ALL, Reduction
+from handoff.report.rundir import RunDir, write_atomic
+from handoff.rules.metrics import Interval, Metrics
+
+HEADLINE = {
+    "accuracy": lambda m: m.handoff.accuracy,
+    "precision": lambda m: m.handoff.precision,
+    "recall": lambda m: m.handoff.recall,
+    "F1": lambda m: m.handoff.f1,
+    "tau2 reward": lambda m: m.tau2_reward,
+    "pass^1": lambda m: m.pass_hat_k.get(1),
+    "reward": lambda m: m.reward,
+    "violations": lambda m: m.violation_rate["any"],
+    "format err./100 turns": lambda m: m.format_errors_per_100_turns["any"],
+}
+HTML_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}
+table{{border-collapse:collapse;font-size:90%}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+img{{max-width:100%}}</style></head><body>
+{body}</body></html>
+"""
+
+
+def fmt(iv: Interval | None) -> str:
+    if iv is None or iv.value is None:
+        return "n/a"
+    if iv.lo is None or iv.hi is None:
+        return f"{iv.value:.3f}"
+    return f"{iv.value:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""]
+
+
+def _slices(reduction: Reduction):
+    """(checkpoint, step, domain, metrics) for every domain and all domains together."""
+    for model, step in reduction.checkpoints():
+        for domain in reduction.domains() + [ALL]:
+            try:
+                yield model, step, domain, reduction.group(model, domain).metrics
+            except KeyError:
+                continue
+
+
+def _keyed_table(reduction: Reduction, pick) -> list[str]:
+    """A table with one column per key of a dict of Intervals picked from each slice's metrics."""
+    rows = [(model, step, domain, pick(m)) for model, step, domain, m in _slices(reduction)]
+    keys = sorted({k for *_, d in rows for k in d})
+    return table(["checkpoint", "step", "domain", *keys],
+                 [[model, step, domain, *(fmt(d.get(k)) for k in keys)] for model, step, domain, d in rows])
+
+
+def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
+    lines = [f"# Hand-off report: {reduction.run}", "",
+             f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
+             f"; corrupt shards: {', '.join(reduction.corrupt_shards) or 'none'}"
+             f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
+             "Values are given with their 95% interval (docs/metrics.md).", "",
+             "## Headline metrics", ""]
+    lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
+                   [[model, step, domain, m.n_episodes, *(fmt(pick(m)) for pick in HEADLINE.values())]
+                    for model, step, domain, m in _slices(reduction)])
+    sections = [
+        ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule),
+        ("Episodes with a policy violation, per rule", lambda m: m.violation_rate),
+        ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns),
+        ("Termination reasons", lambda m: m.termination),
+    ]
+    for title, pick in sections:
+        lines += [f"## {title}", ""] + _keyed_table(reduction, pick)
+    lines += ["## Plots", ""]
+    lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
+    """Write report/report.md, report/report.html and report/plots/*.png; return their paths."""
+    from markdown_it import MarkdownIt
+
+    run = RunDir(run_dir)
+    plots = all_plots(reduction, run.report / "plots")
+    text = markdown(run, reduction, plots)
+    md, html = run.report / "report.md", run.report / "report.html"
+    write_atomic(md, text)
+    body = MarkdownIt("commonmark").enable("table").render(text)
+    write_atomic(html, HTML_PAGE.format(title=f"Hand-off report: {reduction.run}", body=body))
+    return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()}}

@@ -1,0 +1,116 @@
+"""The reducer: metrics per (checkpoint, domain, rule) from the rules, incremental, idempotent,
+re-runnable from the shards alone; corrupt and duplicated shards are reported, not swallowed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from handoff.records import read_shard, write_shard
+from handoff.report.reducer import ALL, Reduction, reduce_run
+from handoff.report.rundir import RunDirError
+from handoff.report.scoring import Scorer
+from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
+from handoff.rules.metrics import compute_metrics
+
+CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.9)), "bad": (200, Behavior(correct_handoff=0.3))}
+
+
+class CountingScorer(Scorer):
+    """The real scorer, counting the records it had to score (not served from the cache)."""
+
+    scored = 0
+
+    def score(self, record):
+        self.scored += 1
+        return super().score(record)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return sample_tasks(2)
+
+
+@pytest.fixture
+def run(tmp_path, tasks):
+    return write_run(tmp_path / "run", CHECKPOINTS, tasks, shard_size=5)
+
+
+def _files(directory):
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_groups_are_the_rules_metrics_of_each_slice(run, tasks):
+    reduction = reduce_run(run)
+    n_tasks = sum(len(t) for t in tasks.values())
+    assert reduction.n_episodes == 2 * n_tasks
+    eps = [e for e in reduction.episodes if e.model == "good" and e.score.domain == "retail"
+           and e.score.label.rule == "out_of_scope"]
+    group = reduction.group("good", "retail", "out_of_scope")
+    assert group.step == 100 and group.n_episodes == len(eps) == 2
+    assert group.metrics == compute_metrics([e.score for e in eps])
+    overall = reduction.group("bad", ALL, ALL)
+    assert overall.metrics == compute_metrics([e.score for e in reduction.episodes if e.model == "bad"])
+    # the better checkpoint decides the hand-off right more often, as its behaviour says
+    assert reduction.group("good").metrics.handoff.accuracy.value > reduction.group("bad").metrics.handoff.accuracy.value
+    assert Reduction.load(run).groups == reduction.groups
+
+
+def test_reducing_again_is_idempotent_and_reads_nothing(run):
+    reduce_run(run)
+    before = _files(run / "reduced")
+    scorer = CountingScorer.for_config({})
+    again = reduce_run(run, scorer)
+    assert scorer.scored == 0
+    assert _files(run / "reduced") == before
+    shutil.rmtree(run / "reduced")  # from the shards alone
+    rebuilt = reduce_run(run, CountingScorer.for_config({}))
+    assert _files(run / "reduced") == before
+    assert rebuilt.groups == again.groups
+
+
+def test_resume_scores_only_new_shards(run, tasks, tmp_path):
+    reduce_run(run)
+    extra = [episode("good", 100, "airline", task_id, 1, CHECKPOINTS["good"][1]) for task_id in tasks["airline"]]
+    write_shard(run / "shards" / "good-airline-trial1.jsonl", "good-airline-trial1", extra)
+    scorer = CountingScorer.for_config({})
+    updated = reduce_run(run, scorer)
+    assert scorer.scored == len(extra)
+    assert updated.group("good", "airline").metrics.n_episodes == 2 * len(tasks["airline"])
+    fresh = shutil.copytree(run, tmp_path / "fresh", ignore=shutil.ignore_patterns("reduced"))
+    assert reduce_run(fresh).groups == updated.groups
+
+
+def test_a_rewritten_shard_is_scored_again(run):
+    reduce_run(run)
+    shard = sorted((run / "shards").glob("good-*.jsonl"))[0]
+    records = read_shard(shard)
+    flipped = [r.model_copy(update={"model": "other"}) for r in records]
+    write_shard(shard, shard.stem, flipped)
+    scorer = CountingScorer.for_config({})
+    reduction = reduce_run(run, scorer)
+    assert scorer.scored == len(records)
+    assert reduction.group("other").n_episodes == len(records)
+
+
+def test_corrupt_shard_is_reported_and_the_rest_reduced(run):
+    first = reduce_run(run)
+    shard = sorted((run / "shards").glob("*.jsonl"))[0]
+    shard.write_bytes(shard.read_bytes()[:-20])
+    reduction = reduce_run(run)
+    assert reduction.corrupt_shards == [shard.stem]
+    assert reduction.n_episodes == first.n_episodes - 5
+    assert not (run / "reduced" / "scores" / shard.name).exists()
+
+
+def test_duplicated_episode_is_an_error(run):
+    shard = sorted((run / "shards").glob("*.jsonl"))[0]
+    shutil.copy(shard, shard.with_name("copy.jsonl"))
+    with pytest.raises(RunDirError, match="appears in shards"):
+        reduce_run(run)
+
+
+def test_not_a_run_directory(tmp_path):
+    with pytest.raises(RunDirError, match="no manifest.json"):
+        reduce_run(tmp_path)
