@@ -121,8 +121,10 @@ class Driver:
         else:
             free = self.ray.cluster_resources().get("CPU", 1) - self._engine_cpus()
             n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
+        # A killed worker is restarted by Ray and its episodes retried there (max_task_retries);
+        # what still fails reaches the driver and costs the shard an attempt.
         actor = self.ray.remote(EpisodeWorker).options(
-            num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=0)
+            num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=self.cfg.max_attempts)
         config = self.cfg.model_dump(mode="json")
         self.workers = [actor.remote(config) for _ in range(n)]
         self.load = [0] * n

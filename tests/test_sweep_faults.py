@@ -1,0 +1,214 @@
+"""The sweep on a real local Ray cluster (2 CPUs) with the scripted engine: every episode exactly
+once after kill -9 of a worker, of the engine actors, and of the driver (then resume); failing
+shards recorded while the sweep goes on; resume refused when the config or the labels changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import handoff  # noqa: F401
+from handoff.records import read_shard, read_shard_header
+from handoff.sweep.manifest import ResumeRefused
+from handoff.sweep.run import compose, run_sweep
+
+pytestmark = pytest.mark.ray
+
+BASE = ["engine=scripted", "domain=[retail]", "tasks.limit=4", "shard_size=2", "workers.processes=2",
+        "workers.threads=1", "max_attempts=3"]
+N_EPISODES = 4
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
+             log_to_driver=False, namespace="handoff")
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep(run_dir: Path, *extra: str):
+    overrides = [*BASE, f"run_dir={run_dir}", *extra]
+    return run_sweep(compose(overrides), overrides, progress=False)
+
+
+def resume(run_dir: Path, *extra: str):
+    overrides = [f"resume={run_dir}", *extra]
+    return run_sweep(compose(overrides), overrides, progress=False)
+
+
+def result_set(run_dir: Path) -> dict:
+    """Every episode of a run by key, without run-specific ids and times; asserts no duplicates."""
+    out = {}
+    for path in sorted((run_dir / "shards").glob("*.jsonl")):
+        for r in read_shard(path):
+            assert r.key not in out, f"episode {r.key} recorded twice"
+            sim = r.simulation
+            messages = [(m["role"], m.get("content"), json.dumps(m.get("tool_calls"), sort_keys=True))
+                        for m in sim["messages"]]
+            out[r.key] = (r.seed, sim["termination_reason"], sim["reward_info"]["reward"], messages,
+                          [e.model_dump(mode="json") for e in r.format_events])
+    return out
+
+
+def ray_processes(title: str) -> list[psutil.Process]:
+    """This test's Ray actor processes of one class (children of the cluster it started)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.cmdline() and p.cmdline()[0].startswith(f"ray::{title}"):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def recorded(run_dir: Path) -> int:
+    """Finished episodes so far: in partial shards and in complete ones."""
+    partial = sum(1 for p in (run_dir / "partial").glob("*.jsonl") for line in p.read_bytes().splitlines() if line)
+    return partial + sum(read_shard_header(p)["n"] for p in (run_dir / "shards").glob("*.jsonl"))
+
+
+def kill_when(condition, title: str, killed: list, timeout: float = 600) -> threading.Thread:
+    """In the background: once `condition()` holds, SIGKILL every `ray::<title>` process."""
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                for p in ray_processes(title):
+                    killed.append(p.pid)
+                    p.send_signal(signal.SIGKILL)
+                if killed:
+                    return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def baseline(ray_cluster, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("sweep") / "baseline"
+    prepared, summary = sweep(run_dir)
+    return run_dir, prepared, summary
+
+
+def test_uninterrupted_sweep_records_every_episode_once(baseline):
+    run_dir, prepared, summary = baseline
+    results = result_set(run_dir)
+    assert len(results) == N_EPISODES == summary.episodes_done == summary.episodes_total
+    assert summary.shards_failed == [] and summary.episode_failures == 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["n_episodes"] == N_EPISODES and len(manifest["shards"]) == 2
+    assert {"labels_sha256", "splits_sha256", "tasks_sha256"} <= manifest["hashes"].keys()
+    assert manifest["tau2_version"] == "26.3" and len(manifest["config_hash"]) == 64
+    assert (run_dir / "config.yaml").is_file()
+    # the scripted agent transfers, the scripted user stops: a real, evaluated tau2 episode
+    assert {r[1] for r in results.values()} == {"user_stop"}
+    assert all(any("transfer_to_human_agents" in m[2] for m in r[3]) for r in results.values())
+
+
+def test_killed_worker_mid_shard(baseline, tmp_path):
+    run_dir = tmp_path / "run"
+    killed: list[int] = []
+    watcher = kill_when(lambda: recorded(run_dir) >= 1 if run_dir.exists() else False, "EpisodeWorker", killed)
+    _, summary = sweep(run_dir, "engine.script.delay_s=1.0")
+    watcher.join(timeout=5)
+    assert killed, "no worker was killed"
+    assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
+    assert result_set(run_dir) == result_set(baseline[0])
+
+
+def test_killed_engine_actors_mid_shard(baseline, tmp_path):
+    run_dir = tmp_path / "run"
+    killed: list[int] = []
+    watcher = kill_when(lambda: recorded(run_dir) >= 1 if run_dir.exists() else False, "EngineHost", killed)
+    _, summary = sweep(run_dir, "engine.script.delay_s=1.0")
+    watcher.join(timeout=5)
+    assert killed, "no engine actor was killed"
+    assert summary.shards_failed == []
+    assert result_set(run_dir) == result_set(baseline[0])
+
+
+def test_failing_shard_is_recorded_and_the_sweep_goes_on(ray_cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    broken = "engine.script.fail_sessions='^user/[^/]+/retail/[^/]+/0/'"  # every trial-0 user turn ...
+    _, summary = sweep(run_dir, broken, "trials=2", "tasks.limit=1", "shard_size=1")
+    assert summary.shards_failed == ["smollm2-135m-instruct__retail__t0__0000"]
+    failed = json.loads((run_dir / "failed" / f"{summary.shards_failed[0]}.json").read_text())
+    assert "scripted failure" in failed["error"] and failed["attempts"] == 3
+    assert summary.episode_failures == 3
+    done = run_dir / "shards" / "smollm2-135m-instruct__retail__t1__0000.jsonl"  # ... but trial 1 runs
+    assert len(read_shard(done)) == 1
+    mtime = done.stat().st_mtime_ns
+    _, again = resume(run_dir)  # only the failed shard runs again (and fails again)
+    assert again.shards_failed == summary.shards_failed and again.episode_failures == 3
+    assert done.stat().st_mtime_ns == mtime
+
+
+def test_driver_sigkill_then_resume_equals_uninterrupted(baseline, tmp_path, ray_cluster):
+    run_dir = tmp_path / "run"
+    address = ray_cluster.get_runtime_context().gcs_address
+    cmd = [sys.executable, "-m", "handoff.sweep", *BASE, f"run_dir={run_dir}", "engine.script.delay_s=0.5",
+           "cluster=existing", f"cluster.address={address}"]
+    driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while not list((run_dir / "shards").glob("*.jsonl")) and time.monotonic() < deadline:
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            time.sleep(0.2)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    shards_before = len(list((run_dir / "shards").glob("*.jsonl")))
+    assert 1 <= shards_before < 2
+    _, summary = resume(run_dir)
+    assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
+    assert result_set(run_dir) == result_set(baseline[0])
+
+
+def test_resume_of_a_finished_run_runs_nothing(baseline):
+    run_dir = baseline[0]
+    before = {p: p.stat().st_mtime_ns for p in (run_dir / "shards").glob("*.jsonl")}
+    _, summary = resume(run_dir)
+    assert summary.episodes_done == N_EPISODES and summary.episode_failures == 0
+    assert {p: p.stat().st_mtime_ns for p in (run_dir / "shards").glob("*.jsonl")} == before
+
+
+def test_changed_config_refuses_to_resume(baseline, tmp_path):
+    run_dir = baseline[0]
+    with pytest.raises(ResumeRefused, match=r"config changed:\n    trials: 1 -> 2"):
+        resume(run_dir, "trials=2")
+    with pytest.raises(ResumeRefused, match=r"engine.script.user: \[.*'###TRANSFER###'\] -> \[.*'bye'\]"):
+        resume(run_dir, "engine.script.user.1=bye")
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["hashes"]["labels_sha256"] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ResumeRefused, match="labels_sha256 changed"):
+        resume(copy)
+
+
+def test_changed_config_refuses_to_resume_from_the_command_line(baseline):
+    proc = subprocess.run([sys.executable, "-m", "handoff.sweep", f"resume={baseline[0]}", "seed=7"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "refusing to resume" in proc.stderr and "seed: 0 -> 7" in proc.stderr
