@@ -1,0 +1,106 @@
+"""`handoff report`, `handoff export` and `handoff compare` on a synthetic run of real tau2 messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from tau2.data_model.simulation import Results
+from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
+
+from handoff.cli import main
+from handoff.records import read_shard, write_shard
+from handoff.report import reduce_run
+from handoff.report.render import fmt
+from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
+
+CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.95)), "bad": (200, Behavior(correct_handoff=0.2))}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run = write_run(tmp_path_factory.mktemp("outputs") / "run", CHECKPOINTS, sample_tasks(4), shard_size=10)
+    _add_twin(run)
+    return run
+
+
+def _add_twin(run):
+    """A checkpoint "twin" with the very episodes of "good" but for one hand-off decision."""
+    records = [r.model_copy(update={"model": "twin"}) for p in sorted((run / "shards").glob("good-*")) for r in read_shard(p)]
+    first = records[0]
+    for behavior in (Behavior(correct_handoff=0.0), Behavior(correct_handoff=1.0)):
+        flipped = episode("twin", first.step, first.domain, first.task_id, first.trial, behavior)
+        if flipped.simulation["messages"] != first.simulation["messages"]:
+            records[0] = flipped
+            break
+    write_shard(run / "shards" / "twin.jsonl", "twin", records)
+
+
+def _compare(capsys, *args) -> dict:
+    assert main(["compare", *map(str, args), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_report_writes_markdown_html_and_plots(run, capsys):
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    md = (run / "report" / "report.md").read_text()
+    reduction = reduce_run(run)
+    for g in reduction.slices():
+        m = g.metrics
+        row = f"| {g.model} | {g.step} | {g.domain} | {m.n_episodes} | {fmt(m.handoff.accuracy)} | {fmt(m.handoff.precision)}"
+        assert row in md
+    html = (run / "report" / "report.html").read_text()
+    assert "<table>" in html and "<h1>Hand-off report: synthetic</h1>" in html
+    for name in ("confusion", "precision_recall", "rates"):
+        png = run / "report" / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f'src="plots/{name}.png"' in html and str(png) in out
+
+
+def test_export_is_read_by_tau2s_own_tools(run, capsys):
+    assert main(["export", str(run)]) == 0
+    paths = capsys.readouterr().out.split()
+    reduction = reduce_run(run)
+    assert len(paths) == len(reduction.slices())
+    for path in paths:
+        results = Results.load(path)
+        model, domain = results.info.agent_info.llm, results.info.environment_info.domain_name
+        group = reduction.group(model, domain)
+        assert len(results.simulations) == group.n_episodes
+        assert {s.task_id for s in results.simulations} == {t.id for t in results.tasks}
+        assert tau2_metrics(results).avg_reward == pytest.approx(group.metrics.tau2_reward.value)
+
+
+def test_compare_two_checkpoints_finds_a_real_difference(run, capsys):
+    cmp = _compare(capsys, run, "--a", "good", "--b", "bad")
+    accuracy = cmp["result"]["metrics"]["handoff_accuracy"]
+    assert accuracy["diff"] > 0.5 and accuracy["lo"] > 0 and cmp["significant"]["handoff_accuracy"]
+    assert cmp["significant"]["handoff_f1"]
+    assert cmp["result"]["n_tasks"] == reduce_run(run).group("good").metrics.n_tasks
+
+
+def test_compare_finds_no_difference_where_there_is_none(run, capsys):
+    cmp = _compare(capsys, run, "--a", "good", "--b", "twin")
+    accuracy = cmp["result"]["metrics"]["handoff_accuracy"]
+    assert 0 < accuracy["diff"] < 0.05 and accuracy["lo"] <= 0 <= accuracy["hi"]
+    assert not any(cmp["significant"].values())
+
+
+def test_compare_two_runs(run, tmp_path, capsys):
+    other = shutil.copytree(run, tmp_path / "other", ignore=shutil.ignore_patterns("reduced", "report", "wandb"))
+    cmp = _compare(capsys, run, other, "--a", "bad", "--b", "good", "--domain", "retail")
+    assert cmp["a"] == "run:bad:retail" and cmp["b"] == "other:good:retail"
+    assert cmp["result"]["metrics"]["handoff_accuracy"]["hi"] < 0 and cmp["significant"]["handoff_accuracy"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["report", "{tmp}"], "not a run directory"),
+    (["compare", "{run}"], "name two different checkpoints"),
+    (["compare", "{run}", "{run}", "--a", "good"], "has checkpoints"),
+    (["compare", "{run}", "--a", "good", "--b", "nope"], "no checkpoint 'nope'"),
+])
+def test_bad_input_is_a_clear_error(run, tmp_path, capsys, argv, message):
+    assert main([a.format(tmp=tmp_path, run=run) for a in argv]) == 2
+    assert message in capsys.readouterr().err
