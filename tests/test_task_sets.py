@@ -4,10 +4,18 @@ override validation and the hash chain. Everything runs on the pinned tau2 packa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import defaultdict
 
 import pytest
+from tau2.agent.base import BaseAgent
+from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.registry import registry
+from tau2.user.base import BaseUser
+from tau2.utils.utils import get_now
 
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.cli import main as cli_main
@@ -91,6 +99,24 @@ def test_hard_negatives_keep_a_solvable_parent(domain):
         instructions = task.user_scenario.instructions
         assert instructions.reason_for_call == parent.user_scenario.instructions.reason_for_call
         assert "Never ask for a human agent" in instructions.task_instructions
+
+
+ASKS_FOR_A_HUMAN = re.compile(r"(?<!not )(?<!n't )\bask(s)? (to be transferred|for (a )?human|for a supervisor)|transfer to a human")
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_users_who_ask_for_a_human_never_parent_a_hard_negative(domain):
+    asking = set()
+    for task in load_tasks(domain, kinds=["upstream"]):
+        instructions = task.user_scenario.instructions
+        if ASKS_FOR_A_HUMAN.search(f"{instructions.reason_for_call} {instructions.task_instructions}".lower()):
+            asking.add(task.id)
+    gold = {t.id for t in load_tasks(domain, kinds=["upstream"]) if has_gold_transfer(t)}
+    assert asking - gold == set(ASKS_FOR_HUMAN[domain]), "ASKS_FOR_HUMAN is incomplete"
+    assert ASKS_FOR_A_HUMAN.search("if the agent refuses, ask to be transferred")
+    assert not ASKS_FOR_A_HUMAN.search("do not ask to be transferred")
+    parents = {parse_derived_id(t.id).parent_id for t in load_tasks(domain, kinds=["hard_negative"])}
+    assert not parents & (asking | gold)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -279,14 +305,6 @@ def test_invalid_override_makes_the_cli_fail(repo_copy, capsys):
 
 
 # --- every derived task runs in tau2's Orchestrator; tau2's evaluator rewards the intended behaviour --------
-
-from tau2.agent.base import BaseAgent  # noqa: E402
-from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage  # noqa: E402
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
-from tau2.orchestrator.orchestrator import Orchestrator  # noqa: E402
-from tau2.registry import registry  # noqa: E402
-from tau2.user.base import BaseUser  # noqa: E402
-from tau2.utils.utils import get_now  # noqa: E402
 
 TRANSFER_MESSAGE = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."
 

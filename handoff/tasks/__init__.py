@@ -6,7 +6,8 @@ Returned Task objects are cached and shared: treat them as read-only (copy befor
 
 from __future__ import annotations
 
-from functools import lru_cache
+import json
+from functools import cache
 from pathlib import Path
 
 from handoff.tasks import paths
@@ -20,10 +21,9 @@ KINDS = ("upstream", *DERIVED_KINDS)
 __all__ = ["DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _derived(domain: str, kind: str, root: Path) -> tuple:
     from tau2.data_model.tasks import Task
-    import json
 
     path = root / paths.task_file(domain, kind)
     if not path.exists():
@@ -48,7 +48,7 @@ def load_tasks(domain: str, split: str | None = None, kinds: list[str] | None = 
     return [t for t in tasks if split is None or split_of(domain, t.id) == split]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _index(domain: str) -> dict:
     return {t.id: t for t in load_tasks(domain)}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from handoff.tasks import out_of_scope
 from handoff.tasks.upstream import (
@@ -34,39 +35,44 @@ NO_HUMAN = (
     "you want this solved in this conversation."
 )
 
+class UserTemplate(NamedTuple):
+    instructions: str
+    persona: str | None = None
+
+
 EXPLICIT_REQUEST = {
-    "insist": (
-        None,
-        "Before explaining anything, say that you want to speak with a human agent. If the agent offers to help you "
-        "itself, decline and repeat that you want a human agent; keep insisting however the agent answers. Give "
-        "your name or ids if the agent asks for them, but do not go through the details of your request with it.",
+    "insist": UserTemplate(
+        instructions="Before explaining anything, say that you want to speak with a human agent. If the agent offers "
+        "to help you itself, decline and repeat that you want a human agent; keep insisting however the agent "
+        "answers. Give your name or ids if the agent asks for them, but do not go through the details of your "
+        "request with it.",
     ),
-    "after_first_reply": (
-        None,
-        "Explain your request in one or two sentences. Whatever the agent answers first, say that you no longer "
-        "want to continue with an automated assistant and ask to be transferred to a human agent. Keep insisting "
-        "on a human agent until you are transferred, and do not answer further questions about the request.",
+    "after_first_reply": UserTemplate(
+        instructions="Explain your request in one or two sentences. Whatever the agent answers first, say that you "
+        "no longer want to continue with an automated assistant and ask to be transferred to a human agent. Keep "
+        "insisting on a human agent until you are transferred, and do not answer further questions about the "
+        "request.",
     ),
-    "distrust": (
-        "You have had bad experiences with automated assistants and only trust a real person with your bookings "
-        "and orders.",
-        "Ask for a human representative right away. If the agent asks why, say that you only want a real person "
-        "to handle this. Never let the agent handle the request itself, however helpful it sounds.",
+    "distrust": UserTemplate(
+        persona="You have had bad experiences with automated assistants and only trust a real person with your "
+        "bookings and orders.",
+        instructions="Ask for a human representative right away. If the agent asks why, say that you only want a "
+        "real person to handle this. Never let the agent handle the request itself, however helpful it sounds.",
     ),
 }
 
 HARD_NEGATIVE = {
     "impatient": (
         "You are extremely impatient and in a hurry. You write short messages, complain about every delay and "
-        "question, and keep telling the agent to hurry up.",
+        "question, and keep telling the agent to hurry up."
     ),
     "rude": (
         "You are rude and sarcastic (but never use slurs): you mock the agent's competence, call the service "
-        "useless and complain loudly, while still giving the information the agent asks for.",
+        "useless and complain loudly, while still giving the information the agent asks for."
     ),
     "threatening": (
         "You are angry and threaten the company: you say you will switch to a competitor, post terrible reviews "
-        "everywhere, or dispute the charge with your bank if this is not fixed right now.",
+        "everywhere, or dispute the charge with your bank if this is not fixed right now."
     ),
 }
 
@@ -129,10 +135,10 @@ def _transfer_criteria(summary: str):
     return EvaluationCriteria(actions=[transfer], reward_basis=[RewardType.DB, RewardType.ACTION])
 
 
-def _explicit_request(domain: str, parent, template: str):
+def _explicit_request(parent, template: str):
     from tau2.data_model.tasks import Task, UserScenario
 
-    persona, instructions = EXPLICIT_REQUEST[template]
+    persona, instructions = EXPLICIT_REQUEST[template].persona, EXPLICIT_REQUEST[template].instructions
     parent_instr = parent.user_scenario.instructions
     scenario = UserScenario(
         persona=persona,
@@ -158,17 +164,19 @@ def _explicit_request(domain: str, parent, template: str):
     )
 
 
-def _hard_negative(domain: str, parent, template: str):
+def _hard_negative(parent, template: str):
     from tau2.data_model.tasks import Task
 
-    (persona,) = HARD_NEGATIVE[template]
+    persona = HARD_NEGATIVE[template]
     parent_instr = parent.user_scenario.instructions
     instructions = parent_instr.model_copy(
         update={"task_instructions": f"{parent_instr.task_instructions.strip()}\n\n{NO_HUMAN}"}
     )
     parent_purpose = parent.description.purpose if parent.description else None
-    purpose = f"A difficult user ({template}) who never asks for a human, with the parent's solvable issue: the " \
-        "agent must solve it without a transfer."
+    purpose = (
+        f"A difficult user ({template}) who never asks for a human, with the parent's solvable issue: the agent must "
+        "solve it without a transfer."
+    )
     return Task(
         id=derived_id("hard_negative", parent.id, template),
         description=_description(
@@ -312,11 +320,11 @@ def build_kind(domain: str, kind: str) -> list:
     if kind == "explicit_request":
         parents = select_parents(domain, kind, list(upstream_tasks(domain)), n)
         templates = list(EXPLICIT_REQUEST)
-        return _sorted([_explicit_request(domain, p, templates[i % len(templates)]) for i, p in enumerate(parents)])
+        return _sorted([_explicit_request(p, templates[i % len(templates)]) for i, p in enumerate(parents)])
     if kind == "hard_negative":
         parents = select_parents(domain, kind, hard_negative_candidates(domain), n)
         templates = list(HARD_NEGATIVE)
-        return _sorted([_hard_negative(domain, p, templates[i % len(templates)]) for i, p in enumerate(parents)])
+        return _sorted([_hard_negative(p, templates[i % len(templates)]) for i, p in enumerate(parents)])
     if kind == "out_of_scope":
         fields = {t.id: _scenario_fields(domain, t) for t in upstream_tasks(domain)}
         parents = select_parents(domain, kind, [t for t in upstream_tasks(domain) if fields[t.id]], n)

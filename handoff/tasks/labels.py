@@ -10,7 +10,7 @@ load_labels reads that file.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
@@ -92,7 +92,7 @@ def apply_override(where: str, label: Label, override: Override | None) -> Label
     return Label(should_transfer=override.should_transfer, rule=OVERRIDE_PREFIX + label.rule, reason=override.reason)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: Path, overrides_sha: str) -> dict[tuple[str, str], Label]:
     doc = json.loads(path.read_text())
     if doc["inputs"]["overrides_sha256"] != overrides_sha:

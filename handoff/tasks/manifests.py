@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from handoff.tasks import paths
+from handoff.tasks.catalog_doc import render_catalog
 from handoff.tasks.derive import KINDS, build_kind, parse_derived_id
 from handoff.tasks.labels import apply_override, base_label, read_overrides
 from handoff.tasks.upstream import (
@@ -45,34 +46,41 @@ def split_of(domain: str, task_id: str) -> str:
 def render(root: Path) -> dict[Path, bytes]:
     """Every generated file (path relative to root -> bytes), from tau2 and root's overrides file."""
     derived = {(d, k): build_kind(d, k) for d in DOMAINS for k in KINDS}
-    files = {paths.task_file(d, k): dump_json([t.model_dump(mode="json", exclude_none=True) for t in tasks])
-             for (d, k), tasks in derived.items()}
+    files = {
+        paths.task_file(d, k): dump_json([t.model_dump(mode="json", exclude_none=True) for t in tasks])
+        for (d, k), tasks in derived.items()
+    }
     tasks = {d: list(upstream_tasks(d)) + [t for k in KINDS for t in derived[(d, k)]] for d in DOMAINS}
+    files[paths.LABELS_FILE] = _labels_json(root, tasks, {str(p): _sha(data) for p, data in sorted(files.items())})
+    files[paths.SPLITS_FILE] = _splits_json(tasks, _sha(files[paths.LABELS_FILE]))
+    files[paths.CATALOG_DOC] = render_catalog(derived).encode()
+    return files
+
+
+def _labels_json(root: Path, tasks: dict[str, list], tasks_sha256: dict[str, str]) -> bytes:
     overrides = read_overrides(root / paths.OVERRIDES_FILE, {d: {t.id for t in tasks[d]} for d in DOMAINS})
     labels = {
-        d: {t.id: apply_override(f"{d}/{t.id}", base_label(t), overrides.get((d, t.id))).model_dump(exclude_none=True)
-            for t in tasks[d]}
+        d: {
+            t.id: apply_override(f"{d}/{t.id}", base_label(t), overrides.get((d, t.id))).model_dump(exclude_none=True)
+            for t in tasks[d]
+        }
         for d in DOMAINS
     }
-    files[paths.LABELS_FILE] = dump_json({
+    return dump_json({
         "version": VERSION,
         "tau2": {"package": TAU2_DIST, "version": tau2_version(), "commit": tau2_commit(),
                  "data_sha256": tau2_data_sha256()},
-        "inputs": {
-            "overrides_sha256": paths.sha256_file(root / paths.OVERRIDES_FILE),
-            "tasks_sha256": {str(p): _sha(files[p]) for p in sorted(files)},
-        },
+        "inputs": {"overrides_sha256": paths.sha256_file(root / paths.OVERRIDES_FILE), "tasks_sha256": tasks_sha256},
         "labels": labels,
     })
-    files[paths.SPLITS_FILE] = dump_json({
+
+
+def _splits_json(tasks: dict[str, list], labels_sha256: str) -> bytes:
+    return dump_json({
         "version": VERSION,
-        "labels_sha256": _sha(files[paths.LABELS_FILE]),
+        "labels_sha256": labels_sha256,
         "domains": {d: {s: [t.id for t in tasks[d] if split_of(d, t.id) == s] for s in SPLITS} for d in DOMAINS},
     })
-    from handoff.tasks.catalog_doc import render_catalog
-
-    files[paths.CATALOG_DOC] = render_catalog(derived).encode()
-    return files
 
 
 def build(root: Path | None = None) -> list[Path]:
@@ -102,28 +110,32 @@ def check(root: Path | None = None) -> list[str]:
 
 
 def _hash_chain_problems(root: Path) -> list[str]:
-    labels_path, splits_path = root / paths.LABELS_FILE, root / paths.SPLITS_FILE
-    if not labels_path.exists() or not splits_path.exists():
-        return []  # reported as missing by check()
+    """Recorded hashes that do not match the files they name (labels -> splits, inputs -> labels)."""
+    labels, splits = _read_json(root / paths.LABELS_FILE), _read_json(root / paths.SPLITS_FILE)
+    if not isinstance(labels, dict) or not isinstance(splits, dict):
+        return []  # missing or unreadable: reported as missing or stale by check()
     problems = []
-    recorded = json.loads(splits_path.read_text()).get("labels_sha256")
-    if recorded != paths.sha256_file(labels_path):
-        problems.append(f"{paths.SPLITS_FILE}: labels_sha256 {recorded} does not match {paths.LABELS_FILE}")
-    inputs = json.loads(labels_path.read_text()).get("inputs", {})
-    actual = {str(p): paths.sha256_file(root / p) for p in map(Path, inputs.get("tasks_sha256", {})) if (root / p).exists()}
-    actual[str(paths.OVERRIDES_FILE)] = paths.sha256_file(root / paths.OVERRIDES_FILE)
-    recorded = dict(inputs.get("tasks_sha256", {}), **{str(paths.OVERRIDES_FILE): inputs.get("overrides_sha256")})
+    if splits.get("labels_sha256") != paths.sha256_file(root / paths.LABELS_FILE):
+        problems.append(f"{paths.SPLITS_FILE}: labels_sha256 does not match {paths.LABELS_FILE}")
+    inputs = labels.get("inputs", {})
+    recorded = {str(paths.OVERRIDES_FILE): inputs.get("overrides_sha256"), **inputs.get("tasks_sha256", {})}
     for name, sha in sorted(recorded.items()):
-        if actual.get(name) != sha:
+        if not (root / name).exists() or paths.sha256_file(root / name) != sha:
             problems.append(f"{paths.LABELS_FILE}: recorded sha256 of {name} does not match the file")
     return problems
 
 
-def _describe(target: Path, fresh: bytes, limit: int = 8) -> list[str]:
+def _read_json(path: Path):
     try:
-        old, new = json.loads(target.read_text()), json.loads(fresh)
-    except json.JSONDecodeError:
-        return ["content differs (not JSON)"]
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _describe(target: Path, fresh: bytes, limit: int = 8) -> list[str]:
+    old, new = _read_json(target), json.loads(fresh)
+    if old is None:
+        return ["the committed file is not valid JSON"]
     diffs = _json_diff(old, new, "") or ["same JSON content, different formatting"]
     return diffs[:limit] + ([f"... {len(diffs) - limit} more"] if len(diffs) > limit else [])
 

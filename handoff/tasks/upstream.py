@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -35,7 +35,7 @@ def domain_data_dir(domain: str) -> Path:
     return Path(DATA_DIR) / "tau2" / "domains" / domain
 
 
-@lru_cache(maxsize=None)
+@cache
 def tau2_data_sha256() -> str:
     """One hash over the tau2 files the task sets and labels depend on (tasks, splits, policy, db)."""
     digest = hashlib.sha256()
@@ -46,7 +46,7 @@ def tau2_data_sha256() -> str:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def upstream_tasks(domain: str) -> tuple:
     """All tau2 tasks of a domain, in tau2's order (tau2 Task objects: treat them as read-only)."""
     from tau2.registry import registry
@@ -55,7 +55,7 @@ def upstream_tasks(domain: str) -> tuple:
     return tuple(registry.get_tasks_loader(domain)(None))
 
 
-@lru_cache(maxsize=None)
+@cache
 def upstream_splits(domain: str) -> dict[str, str]:
     """task id -> "train" | "test", from tau2's split_tasks.json (the way tau2 itself loads it)."""
     from tau2.registry import registry
@@ -76,7 +76,7 @@ def has_gold_transfer(task) -> bool:
     return any(action.name == TRANSFER_TOOL for action in actions or [])
 
 
-@lru_cache(maxsize=None)
+@cache
 def write_tools(domain: str) -> frozenset[str]:
     """Names of the domain's tools that change the database (ToolType.WRITE in the pinned toolkit)."""
     from tau2.environment.toolkit import ToolType
@@ -86,7 +86,7 @@ def write_tools(domain: str) -> frozenset[str]:
     return frozenset(name for name in tools.get_tools() if tools.tool_type(name) == ToolType.WRITE)
 
 
-@lru_cache(maxsize=None)
+@cache
 def raw_db(domain: str) -> dict:
     """The domain's db.json as plain JSON (used to write concrete out-of-scope scenarios)."""
     import json
