@@ -422,3 +422,14 @@ def test_rules_package_imports_nothing_else_from_handoff():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_empty_reference_makes_every_successful_write_off_reference():
+    no_actions = task("retail", "88").model_copy(deep=True)
+    no_actions.evaluation_criteria.actions = []
+    ep = authenticated_retail("88")
+    ep.user("Yes.")
+    turn = ep.call("cancel_pending_order", **CANCEL)
+    assert [v.turn for v in violations(ep.trajectory(), TaskContext.for_task("retail", no_actions)) if v.rule == OFF] == [turn]
+    no_actions.evaluation_criteria.actions = None
+    assert TaskContext.for_task("retail", no_actions).reference_actions is None

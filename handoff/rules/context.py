@@ -52,8 +52,8 @@ class DomainTools:
 
 @dataclass(frozen=True)
 class TaskContext:
-    """The domain's tools and the task's reference actions (None: the task has no evaluation
-    criteria, so off_reference_write cannot be judged)."""
+    """The domain's tools and the task's reference actions (None: the task defines none, so
+    off_reference_write cannot be judged; empty: the reference solution makes no call)."""
 
     domain: str
     tools: DomainTools
@@ -65,9 +65,8 @@ class TaskContext:
         tools = DomainTools.for_domain(domain)
         if task is None:
             return cls(domain, tools)
-        criteria = task.evaluation_criteria
-        actions = None if criteria is None else tuple(criteria.actions or ())
-        return cls(domain, tools, task.id, actions)
+        actions = task.evaluation_criteria.actions if task.evaluation_criteria is not None else None
+        return cls(domain, tools, task.id, None if actions is None else tuple(actions))
 
     def matches_reference(self, call: Call) -> bool:
         """tau2's own comparison (Action.compare_with_tool_call), as its action evaluator uses it."""
