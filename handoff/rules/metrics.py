@@ -110,6 +110,11 @@ def _cell(s: EpisodeScore) -> tuple[bool, bool]:
     return s.transferred, s.label.should_transfer
 
 
+def _error_turns(s: EpisodeScore) -> int:
+    """Turns with at least one format error."""
+    return len({e.turn for e in s.format_errors})
+
+
 def _f1_terms(s: EpisodeScore) -> tuple[float, float]:
     """F1 = 2TP / (2TP + FP + FN), summed episode by episode."""
     tp = 2.0 * (_cell(s) == (True, True))
@@ -123,7 +128,7 @@ RATIOS: dict[str, Ratio] = {
     "handoff_accuracy": lambda s: (float(s.correct_handoff), 1.0),
     "handoff_f1": _f1_terms,
     "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
-    "format_errors_per_100_turns_any": lambda s: (100.0 * len({e.turn for e in s.format_errors}), float(s.n_assistant_turns)),
+    "format_errors_per_100_turns_any": lambda s: (100.0 * _error_turns(s), float(s.n_assistant_turns)),
     "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
     "completion_tokens": lambda s: (float(s.completion_tokens), 1.0),
 }
@@ -138,8 +143,8 @@ class _TaskSums:
         rng = np.random.default_rng(seed)
         self.samples = rng.integers(0, n, size=(n_bootstrap, n)) if n else np.zeros((0, 0), int)
 
-    def sums(self, ratio: Ratio, keys: Optional[Sequence[TaskKey]] = None) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [[ratio(s) for s in self.by_task[key]] for key in (keys or list(self.by_task))]
+    def sums(self, ratio: Ratio) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [[ratio(s) for s in trials] for trials in self.by_task.values()]
         num = np.array([sum(p[0] for p in task) for task in pairs], dtype=float)
         den = np.array([sum(p[1] for p in task) for task in pairs], dtype=float)
         return num, den
@@ -277,7 +282,7 @@ def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
 def _format_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     turns = sum(s.n_assistant_turns for s in scores)
     per_kind = Counter(e.kind for s in scores for e in s.format_errors)
-    any_turns = sum(len({e.turn for e in s.format_errors}) for s in scores)
+    any_turns = sum(_error_turns(s) for s in scores)
     counts = {kind.value: per_kind[kind] for kind in FormatKind} | {ANY: any_turns}
     return {name: _per_100(wilson(min(k, turns), turns)) for name, k in counts.items()}
 
