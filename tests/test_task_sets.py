@@ -74,6 +74,10 @@ def test_counts_and_ids(domain):
     all_ids = [t.id for t in load_tasks(domain)]
     assert len(all_ids) == len(set(all_ids)) == len(upstream) + 3 * COUNTS[domain]
     assert parse_derived_id("12") is None
+    with pytest.raises(ValueError, match="unknown task kind 'bogus'"):
+        load_tasks(domain, kinds=["bogus"])
+    with pytest.raises(ValueError, match="unknown domain 'telecom'"):
+        load_tasks("telecom")
     with pytest.raises(KeyError, match="unknown"):
         get_task(domain, "explicit_request-999-insist")
 
@@ -281,6 +285,9 @@ def test_changing_an_override_without_rebuilding_fails_the_check(repo_copy, caps
     after = manifest_hashes(repo_copy)
     assert {k for k in before if before[k] != after[k]} == {"overrides_sha256", "labels_sha256", "splits_sha256"}
     assert load_labels(repo_copy)[("airline", "3")].reason == "a different reason"
+    (repo_copy / paths.LABELS_FILE).unlink()
+    with pytest.raises(ManifestError, match="run `handoff labels build`"):
+        load_labels(repo_copy)
 
 
 def test_check_names_edited_task_files_and_broken_links(repo_copy):

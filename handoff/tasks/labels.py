@@ -93,7 +93,8 @@ def apply_override(where: str, label: Label, override: Override | None) -> Label
 
 
 @cache
-def _load(path: Path, overrides_sha: str) -> dict[tuple[str, str], Label]:
+def _load(path: Path, version: tuple[int, int], overrides_sha: str) -> dict[tuple[str, str], Label]:
+    """Cached per labels-file version (mtime, size) and overrides hash."""
     doc = json.loads(path.read_text())
     if doc["inputs"]["overrides_sha256"] != overrides_sha:
         raise ManifestError(
@@ -105,7 +106,12 @@ def _load(path: Path, overrides_sha: str) -> dict[tuple[str, str], Label]:
 def load_labels(root: Path | None = None) -> dict[tuple[str, str], Label]:
     """Every task's label from data/manifests/labels_v1.json (overrides applied), keyed (domain, task id)."""
     root = Path(root or paths.REPO_ROOT)
-    return _load(root / paths.LABELS_FILE, paths.sha256_file(root / paths.OVERRIDES_FILE))
+    path = root / paths.LABELS_FILE
+    try:
+        stat = path.stat()
+        return _load(path, (stat.st_mtime_ns, stat.st_size), paths.sha256_file(root / paths.OVERRIDES_FILE))
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ManifestError(f"cannot read {path} ({exc!r}); run `handoff labels build`") from exc
 
 
 def label_for(domain: str, task_id: str) -> Label:
