@@ -20,12 +20,11 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # one core: numpy's bootstrap must not fan out
 
-import argparse  # noqa: E402
-import time  # noqa: E402
+import argparse
+import time
 
-import handoff  # noqa: E402,F401
-
-from bench.common import report  # noqa: E402
+import handoff  # noqa: F401
+from bench.common import report
 
 TARGET_S_PER_10K = 10.0
 
@@ -33,7 +32,12 @@ TARGET_S_PER_10K = 10.0
 def _decorate(sim, index: int):
     """Vary a replay: confirmations before writes (even index), a transfer (every 4th), Hermes
     markup in text (every 6th), a call to an unknown tool (every 7th)."""
-    from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+    from tau2.data_model.message import (
+        AssistantMessage,
+        ToolCall,
+        ToolMessage,
+        UserMessage,
+    )
 
     messages = []
     for msg in sim.messages:

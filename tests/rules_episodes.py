@@ -5,16 +5,23 @@ error, unknown tool, rejected arguments)."""
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
-import handoff  # noqa: F401  (prepares the process for tau2)
 from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
-from tau2.data_model.simulation import AgentInfo, Info, Results, RewardInfo, SimulationRun, UserInfo
+from tau2.data_model.simulation import (
+    AgentInfo,
+    Info,
+    Results,
+    RewardInfo,
+    SimulationRun,
+    UserInfo,
+)
 from tau2.data_model.tasks import Task
 from tau2.domains.airline import environment as airline
 from tau2.domains.retail import environment as retail
 from tau2.environment.environment import EnvironmentInfo
 
+import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.rules import FormatEvent, TaskContext, Trajectory
 from handoff.rules.events import TERMINATION_INFO_KEY
 
@@ -28,7 +35,7 @@ RETAIL_OTHER_ORDER = "#W7999678"
 CANCEL = {"order_id": RETAIL_ORDER, "reason": "ordered by mistake"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def task(domain: str, task_id: str) -> Task:
     return next(t for t in DOMAINS[domain].get_tasks() if t.id == task_id)
 

@@ -4,11 +4,25 @@ against tau2's own pass^k."""
 from __future__ import annotations
 
 import pytest
-from rules_episodes import CANCEL, RETAIL_ORDER, Episode, authenticated_retail, context, tau2_results
+from rules_episodes import (
+    CANCEL,
+    RETAIL_ORDER,
+    Episode,
+    authenticated_retail,
+    context,
+    tau2_results,
+)
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.metrics.agent_metrics import compute_metrics as tau2_compute_metrics
 
-from handoff.rules import FormatEvent, FormatKind, Label, RewardWeights, RuleId, score_episode
+from handoff.rules import (
+    FormatEvent,
+    FormatKind,
+    Label,
+    RewardWeights,
+    RuleId,
+    score_episode,
+)
 from handoff.rules.metrics import compute_metrics, paired_difference, wilson
 from handoff.rules.score import EpisodeScore
 
@@ -31,7 +45,7 @@ def transfer_episode(summary: str | None = "needs a human") -> Episode:
 def test_weights_load_by_name_and_path(tmp_path):
     assert RewardWeights.load("default") == DEFAULT
     path = tmp_path / "w.yaml"
-    path.write_text((DEFAULT.model_dump_json()))  # JSON is YAML
+    path.write_text(DEFAULT.model_dump_json())  # JSON is YAML
     assert RewardWeights.load(path) == DEFAULT
     assert RewardWeights.load("tau2_only").handoff.false_positive == 0.0
 
@@ -125,12 +139,13 @@ def test_assistant_turns_skip_the_greeting_and_count_a_dropped_turn():
 
 
 def score(task_id: str, transferred: bool, should: bool, tau2: float | None = 1.0, trial: int = 0, **extra) -> EpisodeScore:
-    fields = dict(
-        task_id=task_id, domain="retail", trial=trial, transferred=transferred,
-        label=SHOULD if should else SHOULD_NOT, violations=[], format_errors=[], tau2_reward=tau2,
-        reward=tau2 or 0.0, reward_terms=dict(task=tau2 or 0.0, handoff=0, violations=0, format_errors=0, penalty=0),
-        termination_reason="user_stop", n_assistant_turns=4, n_messages=10,
-    )  # fmt: skip
+    terms = {"task": tau2 or 0.0, "handoff": 0, "violations": 0, "format_errors": 0, "penalty": 0}
+    fields = {
+        "task_id": task_id, "domain": "retail", "trial": trial, "transferred": transferred,
+        "label": SHOULD if should else SHOULD_NOT, "violations": [], "format_errors": [], "tau2_reward": tau2,
+        "reward": tau2 or 0.0, "reward_terms": terms, "termination_reason": "user_stop",
+        "n_assistant_turns": 4, "n_messages": 10,
+    }  # fmt: skip
     return EpisodeScore.model_validate(fields | extra)
 
 

@@ -7,13 +7,31 @@ import subprocess
 import sys
 
 import pytest
-from rules_episodes import CANCEL, RETAIL_EMAIL, RETAIL_ORDER, RETAIL_OTHER_ORDER, Episode, authenticated_retail, context, task, tau2_results
+from rules_episodes import (
+    CANCEL,
+    RETAIL_EMAIL,
+    RETAIL_ORDER,
+    RETAIL_OTHER_ORDER,
+    Episode,
+    authenticated_retail,
+    context,
+    task,
+    tau2_results,
+)
 from tau2.data_model.message import MultiToolMessage
 from tau2.domains.retail.tools import RetailTools
 from tau2.environment.toolkit import ToolType
 from tau2.evaluator.evaluator_action import ActionEvaluator
 
-from handoff.rules import DomainTools, RuleId, TaskContext, Trajectory, UnknownDomain, transferred, violations
+from handoff.rules import (
+    DomainTools,
+    RuleId,
+    TaskContext,
+    Trajectory,
+    UnknownDomain,
+    transferred,
+    violations,
+)
 from handoff.rules.confirmation import confirms
 from handoff.rules.trajectory import Call
 from handoff.rules.violations import AUTHENTICATION_TOOLS, RULES

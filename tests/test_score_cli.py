@@ -79,7 +79,7 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, content, argv, messa
 
 
 def test_results_domain_must_match_the_option(tmp_path, capsys):
-    code, rows, err = run(capsys, results_file(tmp_path, [confirmed_cancel()]), "--domain", "airline")
+    code, _, err = run(capsys, results_file(tmp_path, [confirmed_cancel()]), "--domain", "airline")
     assert code == 2 and "results are for domain 'retail'" in err
 
 

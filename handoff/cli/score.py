@@ -20,7 +20,13 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.cli import UsageError
-    from handoff.rules import DomainTools, RewardWeights, TaskContext, load_trajectories, score_episode
+    from handoff.rules import (
+        DomainTools,
+        RewardWeights,
+        TaskContext,
+        load_trajectories,
+        score_episode,
+    )
 
     try:  # unreadable or invalid input, an unknown domain: all ValueErrors with a clear message
         weights = RewardWeights.load(args.reward)

@@ -10,7 +10,12 @@ from handoff.rules.events import FormatEvent, FormatKind
 from handoff.rules.formats import FormatError, format_errors
 from handoff.rules.label import Label
 from handoff.rules.score import EpisodeScore, RewardWeights, score_episode
-from handoff.rules.trajectory import Trajectory, TrajectoryLoadError, load_trajectories, transferred
+from handoff.rules.trajectory import (
+    Trajectory,
+    TrajectoryLoadError,
+    load_trajectories,
+    transferred,
+)
 from handoff.rules.violations import RuleId, Violation, violations
 
 __all__ = [

@@ -10,8 +10,7 @@ import inspect
 import json
 import pkgutil
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Optional
+from functools import cache
 
 from pydantic import BaseModel, ValidationError
 from tau2.data_model.message import ToolCall
@@ -33,7 +32,7 @@ class DomainTools:
     params: dict[str, type[BaseModel]]
 
     @classmethod
-    def for_domain(cls, domain: str) -> "DomainTools":
+    def for_domain(cls, domain: str) -> DomainTools:
         return _domain_tools(domain)
 
     def rejects_arguments(self, call: Call) -> bool:
@@ -57,11 +56,11 @@ class TaskContext:
 
     domain: str
     tools: DomainTools
-    task_id: Optional[str] = None
-    reference_actions: Optional[tuple[Action, ...]] = None
+    task_id: str | None = None
+    reference_actions: tuple[Action, ...] | None = None
 
     @classmethod
-    def for_task(cls, domain: str, task: Optional[Task]) -> "TaskContext":
+    def for_task(cls, domain: str, task: Task | None) -> TaskContext:
         tools = DomainTools.for_domain(domain)
         if task is None:
             return cls(domain, tools)
@@ -80,7 +79,7 @@ def tau2_domains() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(tau2.domains.__path__) if m.ispkg)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _domain_tools(domain: str) -> DomainTools:
     if domain not in tau2_domains():
         raise UnknownDomain(f"unknown domain {domain!r}; tau2 has {', '.join(tau2_domains())}")

@@ -20,7 +20,6 @@ invalid_arguments / empty_message for dropped turns. One error per kind and turn
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from pydantic import BaseModel
 
@@ -39,7 +38,7 @@ class FormatError(BaseModel):
     turn: int
 
 
-def format_errors(traj: Trajectory, ctx: Optional[TaskContext] = None) -> list[FormatError]:
+def format_errors(traj: Trajectory, ctx: TaskContext | None = None) -> list[FormatError]:
     """All format errors of the episode, ordered by turn, then kind. The domain's tools come from
     `ctx` or, without one, from the trajectory's domain."""
     tools = ctx.tools if ctx is not None else DomainTools.for_domain(traj.domain)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -34,11 +34,11 @@ class Interval(BaseModel):
     """A value with its 95% interval; `k` / `n` are the counts behind a proportion (n alone: the
     episodes, turns or tasks it is computed over). value is None when n is 0."""
 
-    value: Optional[float]
-    lo: Optional[float]
-    hi: Optional[float]
+    value: float | None
+    lo: float | None
+    hi: float | None
     n: int
-    k: Optional[int] = None
+    k: int | None = None
 
 
 class Confusion(BaseModel):
@@ -74,11 +74,11 @@ class Metrics(BaseModel):
 
 
 class Difference(BaseModel):
-    a: Optional[float]
-    b: Optional[float]
-    diff: Optional[float]
-    lo: Optional[float]
-    hi: Optional[float]
+    a: float | None
+    b: float | None
+    diff: float | None
+    lo: float | None
+    hi: float | None
 
 
 class PairedComparison(BaseModel):
@@ -166,7 +166,7 @@ class _TaskSums:
 
 def compute_metrics(
     scores: Sequence[EpisodeScore],
-    ks: Optional[Sequence[int]] = None,
+    ks: Sequence[int] | None = None,
     n_bootstrap: int = N_BOOTSTRAP,
     seed: int = SEED,
 ) -> Metrics:
@@ -229,7 +229,7 @@ def _by_task(scores: Sequence[EpisodeScore]) -> dict[TaskKey, list[EpisodeScore]
     return dict(sorted(by_task.items()))
 
 
-def _percentiles(replicates: np.ndarray) -> tuple[Optional[float], Optional[float]]:
+def _percentiles(replicates: np.ndarray) -> tuple[float | None, float | None]:
     finite = replicates[np.isfinite(replicates)]
     if not finite.size:
         return None, None
@@ -256,7 +256,7 @@ def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
 
 
-def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks: Optional[Sequence[int]]) -> dict[int, Interval]:
+def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks: Sequence[int] | None) -> dict[int, Interval]:
     if not by_task:
         return {}
     fewest = min(len(trials) for trials in by_task.values())
@@ -288,7 +288,7 @@ def _format_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
 
 
 def _per_100(rate: Interval) -> Interval:
-    scale = lambda x: None if x is None else 100.0 * x  # noqa: E731
+    scale = lambda x: None if x is None else 100.0 * x
     return rate.model_copy(update={"value": scale(rate.value), "lo": scale(rate.lo), "hi": scale(rate.hi)})
 
 

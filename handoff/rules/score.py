@@ -11,7 +11,6 @@ reward and the label never disagree about whether a hand-off happened.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -49,10 +48,10 @@ class RewardWeights(BaseModel):
     handoff: HandoffWeights
     violations: dict[RuleId, float] = Field(description="penalty per violation (rule, turn)")
     format_errors: dict[FormatKind, float] = Field(description="penalty per format error (kind, turn)")
-    max_penalty: Optional[float] = Field(None, ge=0, description="cap on the summed penalties; null: none")
+    max_penalty: float | None = Field(None, ge=0, description="cap on the summed penalties; null: none")
 
     @model_validator(mode="after")
-    def _complete(self) -> "RewardWeights":
+    def _complete(self) -> RewardWeights:
         for name, table, keys in (("violations", self.violations, RuleId), ("format_errors", self.format_errors, FormatKind)):
             missing = [k.value for k in keys if k not in table]
             if missing:
@@ -60,7 +59,7 @@ class RewardWeights(BaseModel):
         return self
 
     @classmethod
-    def load(cls, path_or_name: str | Path = "default") -> "RewardWeights":
+    def load(cls, path_or_name: str | Path = "default") -> RewardWeights:
         """From a YAML file, or by name from conf/reward/<name>.yaml."""
         path = Path(path_or_name)
         if not path.suffix:
@@ -85,12 +84,12 @@ class EpisodeScore(BaseModel):
 
     task_id: str
     domain: str
-    trial: Optional[int] = None
+    trial: int | None = None
     transferred: bool
     label: Label
     violations: list[Violation]
     format_errors: list[FormatError]
-    tau2_reward: Optional[float]
+    tau2_reward: float | None
     reward: float
     reward_terms: RewardTerms
     termination_reason: str
@@ -133,7 +132,7 @@ def reward_terms(
     label: Label,
     found_violations: list[Violation],
     found_errors: list[FormatError],
-    tau2_reward: Optional[float],
+    tau2_reward: float | None,
     weights: RewardWeights,
 ) -> RewardTerms:
     """The reward's parts (ADR-004). A missing tau2 reward (not evaluated) counts as 0."""

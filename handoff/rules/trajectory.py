@@ -9,9 +9,10 @@ tau2 itself stores tool results).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -38,7 +39,7 @@ class Call(BaseModel):
 
 class Msg(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
-    content: Optional[str] = None
+    content: str | None = None
     tool_calls: list[Call] = Field(default_factory=list)
     id: str = Field("", description="tool messages: the id of the call answered")
     error: bool = Field(False, description="tool messages: the tool raised")
@@ -60,15 +61,15 @@ class AgentCall(NamedTuple):
 
     turn: int
     call: Call
-    ok: Optional[bool]
+    ok: bool | None
 
 
 class Trajectory(BaseModel):
     task_id: str
     domain: str
-    trial: Optional[int] = None
+    trial: int | None = None
     termination_reason: str
-    tau2_reward: Optional[float] = None
+    tau2_reward: float | None = None
     messages: list[Msg]
     format_events: list[FormatEvent] = Field(default_factory=list)
     prompt_tokens: int = 0
@@ -81,9 +82,9 @@ class Trajectory(BaseModel):
         domain: str,
         format_events: Iterable[FormatEvent] = (),
         *,
-        prompt_tokens: Optional[int] = None,
-        completion_tokens: Optional[int] = None,
-    ) -> "Trajectory":
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> Trajectory:
         """From a tau2 SimulationRun (object or its JSON dict) and the agent's format events.
         Token counts default to the sum of the assistant messages' `usage`."""
         data = sim.model_dump(mode="json") if isinstance(sim, BaseModel) else sim
@@ -107,7 +108,7 @@ class Trajectory(BaseModel):
             raise TrajectoryLoadError(f"not a tau2 SimulationRun: {_short(exc)}") from exc
 
     @classmethod
-    def load_results(cls, path: str | Path) -> list["Trajectory"]:
+    def load_results(cls, path: str | Path) -> list[Trajectory]:
         """All simulations of a tau2 results JSON (as `tau2 run` writes it)."""
         data = _read_json(path)
         if not (isinstance(data, dict) and "simulations" in data):
@@ -129,7 +130,7 @@ class Trajectory(BaseModel):
         return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
 
 
-def load_trajectories(path: str | Path, domain: Optional[str] = None) -> list[Trajectory]:
+def load_trajectories(path: str | Path, domain: str | None = None) -> list[Trajectory]:
     """A tau2 results JSON (domain read from the file) or a single SimulationRun JSON (domain
     required). A `domain` that contradicts the results file is an error."""
     data = _read_json(path)
@@ -192,7 +193,7 @@ def _results_after(messages: list[Msg], turn: int) -> list[Msg]:
     return results
 
 
-def _outcome(call: Call, position: int, results: list[Msg]) -> Optional[bool]:
+def _outcome(call: Call, position: int, results: list[Msg]) -> bool | None:
     """Pair by call id when one matches, else by position (tau2 answers calls in order)."""
     match = next((r for r in results if call.id and r.id == call.id), None)
     if match is None and position < len(results):
