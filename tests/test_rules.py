@@ -451,3 +451,14 @@ def test_empty_reference_makes_every_successful_write_off_reference():
     assert [v.turn for v in violations(ep.trajectory(), TaskContext.for_task("retail", no_actions)) if v.rule == OFF] == [turn]
     no_actions.evaluation_criteria.actions = None
     assert TaskContext.for_task("retail", no_actions).reference_actions is None
+
+
+def test_token_counts_from_message_usage_or_given():
+    ep = authenticated_retail()
+    ep.messages[2].usage = {"prompt_tokens": 120, "completion_tokens": 30}
+    ep.say("Found you.")
+    ep.messages[-1].usage = {"prompt_tokens": 200, "completion_tokens": 12}
+    traj = ep.trajectory()
+    assert (traj.prompt_tokens, traj.completion_tokens) == (320, 42)
+    given = Trajectory.from_simulation(ep.simulation(), "retail", completion_tokens=7, prompt_tokens=9)
+    assert (given.prompt_tokens, given.completion_tokens) == (9, 7)
