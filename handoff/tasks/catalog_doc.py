@@ -24,12 +24,12 @@ def _cell(text: str) -> str:
 
 def render_catalog(derived: dict) -> str:
     """`derived`: (domain, kind) -> tasks, to list which task ids use each request."""
-    lines = [HEADER]
+    lines = [HEADER.rstrip("\n")]
     for domain, requests in CATALOG.items():
         used: dict[str, list[str]] = {}
         for task in derived[(domain, "out_of_scope")]:
             used.setdefault(parse_derived_id(task.id).template, []).append(task.id)
-        lines += [f"\n## {domain} ({len(requests)} requests)\n"]
+        lines += [f"\n## {domain} ({len(requests)} requests)"]
         for r in requests:
             lines += [
                 f"\n### `{r.id}`\n",
