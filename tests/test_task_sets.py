@@ -105,7 +105,9 @@ def test_hard_negatives_keep_a_solvable_parent(domain):
         assert "Never ask for a human agent" in instructions.task_instructions
 
 
-ASKS_FOR_A_HUMAN = re.compile(r"(?<!not )(?<!n't )\bask(s)? (to be transferred|for (a )?human|for a supervisor)|transfer to a human")
+ASKS_FOR_A_HUMAN = re.compile(
+    r"(?<!not )(?<!n't )\bask(s)? (to be transferred|for (a )?human|for a supervisor)|transfer to a human"
+)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -209,17 +211,21 @@ def test_valid_overrides_are_read_and_applied(tmp_path):
     assert read_overrides(write_overrides(tmp_path, {}), KNOWN) == {}
 
 
+def entry(**fields) -> dict:
+    return {"should_transfer": True, "reason": "r", **fields}
+
+
 @pytest.mark.parametrize(
     "domains, message",
     [
         ({"airline": {"1": {"should_transfer": True}}}, "airline/1: reason: Field required"),
-        ({"airline": {"1": {"should_transfer": True, "reason": "  "}}}, "airline/1: reason: Value error, reason must not be empty"),
-        ({"airline": {"1": {"should_transfer": "yes", "reason": "r"}}}, "airline/1: should_transfer: Input should be a valid boolean"),
-        ({"airline": {"2": {"should_transfer": 1, "reason": "r"}}}, "airline/2: should_transfer: Input should be a valid boolean"),
-        ({"airline": {"1": {"should_transfer": True, "reason": 3}}}, "airline/1: reason: Input should be a valid string"),
-        ({"airline": {"1": {"should_transfer": True, "reason": "r", "rule": "x"}}}, "airline/1: rule: Extra inputs"),
-        ({"airline": {"99": {"should_transfer": True, "reason": "r"}}}, "airline/99: unknown task id"),
-        ({"telecom": {"1": {"should_transfer": True, "reason": "r"}}}, "telecom: unknown domain"),
+        ({"airline": {"1": entry(reason="  ")}}, "airline/1: reason: Value error, reason must not be empty"),
+        ({"airline": {"1": entry(should_transfer="yes")}}, "airline/1: should_transfer: Input should be a valid bool"),
+        ({"airline": {"2": entry(should_transfer=1)}}, "airline/2: should_transfer: Input should be a valid boolean"),
+        ({"airline": {"1": entry(reason=3)}}, "airline/1: reason: Input should be a valid string"),
+        ({"airline": {"1": entry(rule="x")}}, "airline/1: rule: Extra inputs"),
+        ({"airline": {"99": entry()}}, "airline/99: unknown task id"),
+        ({"telecom": {"1": entry()}}, "telecom: unknown domain"),
         ({"retail": ["7"]}, "retail: expected an object"),
     ],
 )

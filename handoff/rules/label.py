@@ -22,7 +22,9 @@ class Label(BaseModel):
     @classmethod
     def _known_rule(cls, rule: str) -> str:
         if rule.removeprefix(OVERRIDE_PREFIX) not in RULES:
-            raise ValueError(f"unknown rule id {rule!r} (known: {', '.join(RULES)}, optionally prefixed {OVERRIDE_PREFIX!r})")
+            raise ValueError(
+                f"unknown rule id {rule!r} (known: {', '.join(RULES)}, optionally prefixed {OVERRIDE_PREFIX!r})"
+            )
         return rule
 
     @model_validator(mode="after")

@@ -328,5 +328,6 @@ def build_kind(domain: str, kind: str) -> list:
     if kind == "out_of_scope":
         fields = {t.id: _scenario_fields(domain, t) for t in upstream_tasks(domain)}
         parents = select_parents(domain, kind, [t for t in upstream_tasks(domain) if fields[t.id]], n)
-        return _sorted([_out_of_scope(domain, p, request, fields[p.id]) for p, request in _assign_requests(domain, parents, fields)])
+        pairs = _assign_requests(domain, parents, fields)
+        return _sorted([_out_of_scope(domain, p, request, fields[p.id]) for p, request in pairs])
     raise ValueError(f"unknown derived kind {kind!r}: expected one of {', '.join(KINDS)}")
