@@ -11,6 +11,7 @@ from pathlib import Path
 from handoff.records import CorruptShard, EpisodeRecord, read_shard
 from handoff.report.rundir import RunDir, write_atomic
 from handoff.tasks import get_task
+from handoff.tasks.upstream import tau2_commit
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def _info(run: RunDir, model: str, domain: str, records: list[EpisodeRecord]):
     cfg = run.config
     episode, user = cfg.get("episode", {}), cfg.get("user", {})
     return Info(
-        git_commit=str(run.manifest.get("tau2", {}).get("commit", "unknown")),
+        git_commit=tau2_commit(),
         num_trials=max(r.trial for r in records) + 1,
         max_steps=episode.get("max_steps", 0),
         max_errors=episode.get("max_errors", 0),

@@ -24,8 +24,8 @@ def _save(fig, path: Path) -> Path:
 def confusion_matrices(reduction: Reduction, path: Path) -> Path:
     """One 2x2 matrix (rows: label, columns: decision) per checkpoint and domain, all domains last."""
     checkpoints, domains = reduction.checkpoints(), reduction.domains() + [ALL]
-    fig, axes = plt.subplots(len(checkpoints), len(domains), squeeze=False,
-                             figsize=(2.6 * len(domains), 2.4 * len(checkpoints)))
+    fig, axes = plt.subplots(len(checkpoints), len(domains), squeeze=False, sharex=True, sharey=True,
+                             figsize=(2.4 * len(domains) + 1.2, 2.2 * len(checkpoints) + 0.6))
     for row, (model, step) in enumerate(checkpoints):
         for col, domain in enumerate(domains):
             ax = axes[row][col]
@@ -35,14 +35,16 @@ def confusion_matrices(reduction: Reduction, path: Path) -> Path:
                 ax.axis("off")
                 continue
             cells = [[c.tp, c.fn], [c.fp, c.tn]]
-            ax.imshow(cells, cmap="Blues", vmin=0)
+            ax.imshow(cells, cmap="Blues", vmin=0, vmax=max(1, c.tp + c.fn + c.fp + c.tn))
             for i in range(2):
                 for j in range(2):
-                    ax.text(j, i, str(cells[i][j]), ha="center", va="center")
-            ax.set_xticks([0, 1], ["transfer", "no transfer"])
-            ax.set_yticks([0, 1], ["should", "should not"])
-            ax.set_title(f"{model} (step {step})\n{domain}", fontsize=8)
+                    ax.text(j, i, str(cells[i][j]), ha="center", va="center",
+                            bbox={"facecolor": "white", "alpha": 0.7, "linewidth": 0})
+            ax.set_xticks([0, 1], ["transfer", "no transfer"], fontsize=8)
+            ax.set_yticks([0, 1], ["should", "should not"], fontsize=8)
+            ax.set_title(f"{model} (step {step}): {domain}", fontsize=8)
     fig.suptitle("Hand-off decisions (rows: label, columns: agent)")
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -3,7 +3,8 @@
 
 It is incremental: each shard's scores are cached in reduced/scores/<shard>.jsonl under a key made
 of the shard's checksum and the scorer's fingerprint (weights, labels, version), so re-reducing
-after a resume reads only the shards that are new or changed. Everything in reduced/ can be
+after a resume reads only the shards that are new or changed (of the others, only the header line,
+plus a checksum verification when the file's size or mtime changed). Everything in reduced/ can be
 deleted and rebuilt from the shards alone, and reducing twice gives byte-identical files.
 """
 
@@ -70,36 +71,42 @@ class Reduction(BaseModel):
         return cls.model_validate_json((RunDir(run_dir).reduced / "metrics.json").read_text())
 
 
-def _cache_key(shard_sha: str, scorer: Scorer) -> dict:
-    return {"shard_sha256": shard_sha, "scorer": scorer.fingerprint}
+def _file_stat(shard: Path) -> list[int]:
+    stat = shard.stat()
+    return [stat.st_size, stat.st_mtime_ns]
 
 
-def _load_cached(path: Path, key: dict) -> list[ScoredEpisode] | None:
-    if not path.is_file():
-        return None
-    with open(path) as f:
-        if json.loads(f.readline() or "null") != key:
-            return None
-        return [ScoredEpisode.model_validate_json(line) for line in f]
-
-
-def _verified_sha256(shard: Path) -> str:
-    """The shard's checksum, after checking that its body still matches it."""
+def _verify(shard: Path) -> None:
+    """Check that a shard's body still matches the checksum in its header."""
     expected = read_shard_header(shard)["sha256"]
     if hashlib.sha256(shard.read_bytes().partition(b"\n")[2]).hexdigest() != expected:
         raise CorruptShard(f"{shard}: checksum mismatch")
-    return expected
+
+
+def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | None:
+    """The cached scores if they were made from this shard content by this scorer. A shard file
+    whose size or mtime changed since is verified against its checksum first."""
+    if not cache.is_file():
+        return None
+    with open(cache) as f:
+        header = json.loads(f.readline() or "{}")
+        if {k: header.get(k) for k in key} != key:
+            return None
+        if header.get("file") != _file_stat(shard):
+            _verify(shard)
+        return [ScoredEpisode.model_validate_json(line) for line in f]
 
 
 def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpisode]:
-    """Scores of one shard, from the cache when the shard and the scorer are unchanged."""
-    key = _cache_key(_verified_sha256(shard), scorer)
+    """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
+    shard's header line is read then."""
+    key = {"shard_sha256": read_shard_header(shard)["sha256"], "scorer": scorer.fingerprint}
     cache = cache_dir / shard.name
-    cached = _load_cached(cache, key)
+    cached = _load_cached(cache, key, shard)
     if cached is not None:
         return cached
     scored = [scorer.score(record) for record in read_shard(shard)]
-    lines = [json.dumps(key)] + [s.model_dump_json() for s in scored]
+    lines = [json.dumps({**key, "file": _file_stat(shard)})] + [s.model_dump_json() for s in scored]
     write_atomic(cache, "\n".join(lines) + "\n")
     return scored
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
@@ -16,7 +17,7 @@ from tau2.data_model.tasks import RewardType
 
 from handoff.records import EpisodeRecord, Usage, write_shard
 from handoff.rules.events import FormatEvent, FormatKind
-from handoff.tasks.labels import label_for
+from handoff.tasks.labels import load_labels
 
 WRITE_TOOL = {"airline": ("cancel_reservation", {"reservation_id": "ZZZZZZ"}),
               "retail": ("cancel_pending_order", {"order_id": "#W0000000", "reason": "no longer needed"})}
@@ -33,6 +34,11 @@ class Behavior:
     success: float = 0.5
 
 
+@lru_cache(maxsize=1)
+def _labels() -> dict:
+    return load_labels()
+
+
 def _rng(*parts) -> random.Random:
     return random.Random(hashlib.sha256(json.dumps(parts).encode()).digest())
 
@@ -47,7 +53,7 @@ def _tool_result(content: str, index: int, error: bool = False) -> ToolMessage:
                        error=error, turn_idx=index)
 
 
-def _messages(domain: str, rng: random.Random, transfer: bool, violate: bool, format_error: bool):
+def _messages(domain: str, transfer: bool, violate: bool, format_error: bool):
     """The conversation, and the format events that index into it."""
     msgs, events = [AssistantMessage(role="assistant", content="Hi! How can I help you?", turn_idx=0),
                     UserMessage(role="user", content="I need help with my booking.", turn_idx=1)], []
@@ -70,23 +76,31 @@ def _messages(domain: str, rng: random.Random, transfer: bool, violate: bool, fo
     return msgs, events, TerminationReason.USER_STOP
 
 
+@lru_cache(maxsize=None)
+def _template(domain: str, transfer: bool, violate: bool, format_error: bool) -> tuple[dict, tuple, int]:
+    """A SimulationRun (as JSON) of one kind of conversation, its format events and agent turns;
+    built once per kind from tau2's own models, so that 100,000 episodes are quick to make."""
+    msgs, events, termination = _messages(domain, transfer, violate, format_error)
+    sim = SimulationRun(
+        id="", task_id="", timestamp="20260101_000000", start_time="2026-01-01T00:00:00",
+        end_time="2026-01-01T00:00:10", duration=10.0, termination_reason=termination, messages=msgs,
+        reward_info=RewardInfo(reward=0.0, reward_basis=[RewardType.DB, RewardType.COMMUNICATE]),
+    )
+    return sim.model_dump(mode="json"), tuple(events), sum(isinstance(m, AssistantMessage) for m in msgs)
+
+
 def episode(model: str, step: int, domain: str, task_id: str, trial: int, behavior: Behavior,
             seed: int = 0) -> EpisodeRecord:
     rng = _rng(seed, model, domain, task_id, trial)
-    should = label_for(domain, task_id).should_transfer
+    should = _labels()[(domain, task_id)].should_transfer
     transfer = should if rng.random() < behavior.correct_handoff else not should
     violate, format_error = rng.random() < behavior.violation, rng.random() < behavior.format_error
-    msgs, events, termination = _messages(domain, rng, transfer, violate, format_error)
     reward = float(rng.random() < behavior.success and not violate)
-    sim = SimulationRun(
-        id=f"{model}-{domain}-{task_id}-{trial}", task_id=task_id, timestamp="20260101_000000",
-        start_time="2026-01-01T00:00:00", end_time="2026-01-01T00:00:10", duration=10.0,
-        termination_reason=termination, messages=msgs, trial=trial, seed=seed,
-        reward_info=RewardInfo(reward=reward, reward_basis=[RewardType.DB, RewardType.COMMUNICATE]),
-    )
-    n_turns = sum(isinstance(m, AssistantMessage) for m in msgs)
+    template, events, n_turns = _template(domain, transfer, violate, format_error)
+    sim = {**template, "id": f"{model}-{domain}-{task_id}-{trial}", "task_id": task_id, "trial": trial,
+           "seed": seed, "reward_info": {**template["reward_info"], "reward": reward}}
     return EpisodeRecord(model=model, step=step, domain=domain, task_id=task_id, trial=trial, seed=seed,
-                         simulation=sim.model_dump(mode="json"), format_events=events,
+                         simulation=sim, format_events=list(events),
                          usage=Usage(prompt_tokens=500 * n_turns, completion_tokens=40 * n_turns,
                                      agent_turns=n_turns))
 
@@ -111,11 +125,9 @@ def write_run(run_dir: Path, checkpoints: dict[str, tuple[int, Behavior]], tasks
 
 def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")) -> dict[str, list[str]]:
     """Up to `per_rule` task ids of each label rule per domain (first in label-file order)."""
-    from handoff.tasks.labels import load_labels
-
     chosen: dict[str, list[str]] = {d: [] for d in domains}
     taken: dict[tuple[str, str], int] = {}
-    for (domain, task_id), label in load_labels().items():
+    for (domain, task_id), label in _labels().items():
         key = (domain, label.rule)
         if domain in chosen and taken.get(key, 0) < per_rule:
             chosen[domain].append(task_id)

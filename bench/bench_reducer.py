@@ -1,0 +1,91 @@
+"""Reducer benchmark: reduce 100,000 synthetic episodes on one core (target: under 60 s).
+
+    python -m bench.bench_reducer [--episodes N] [--keep DIR]
+
+Builds a run directory of EpisodeRecords (real tau2 messages, every labelled airline and retail
+task, 4 trials, as many checkpoints as needed), then times, in one process pinned to one CPU:
+a cold reduction (every shard read, every episode scored by the rules, all metrics computed),
+a warm one (nothing changed: scores come from the per-shard cache) and a resume (one new shard).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import handoff  # noqa: E402,F401 - prepares tau2's import
+from handoff.records import write_shard  # noqa: E402
+from handoff.report.reducer import reduce_run  # noqa: E402
+from handoff.report.synthetic import Behavior, episode, sample_tasks  # noqa: E402
+
+TRIALS = 4
+SHARD_SIZE = 500
+
+
+def build(run_dir: Path, n: int) -> int:
+    """Shards of n episodes: checkpoint after checkpoint (step 1000 * i), all tasks, TRIALS trials."""
+    tasks = sample_tasks(per_rule=10_000)
+    (run_dir / "manifest.json").parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / "manifest.json").write_text('{"name": "bench", "config": {"trials": %d}}' % TRIALS)
+    records, shard_no, made, ckpt = [], 0, 0, 0
+    while made < n:
+        behavior = Behavior(correct_handoff=min(0.95, 0.5 + 0.005 * ckpt))
+        for domain, ids in tasks.items():
+            for task_id in ids:
+                for trial in range(TRIALS):
+                    if made == n:
+                        break
+                    records.append(episode(f"ckpt-{ckpt:03d}", 1000 * ckpt, domain, task_id, trial, behavior))
+                    made += 1
+                    if len(records) == SHARD_SIZE:
+                        write_shard(run_dir / "shards" / f"{shard_no:05d}.jsonl", f"{shard_no:05d}", records)
+                        records, shard_no = [], shard_no + 1
+        ckpt += 1
+    if records:
+        write_shard(run_dir / "shards" / f"{shard_no:05d}.jsonl", f"{shard_no:05d}", records)
+    return ckpt
+
+
+def timed(label: str, fn):
+    start = time.perf_counter()
+    result = fn()
+    elapsed = time.perf_counter() - start
+    print(f"{label:52} {elapsed:8.2f} s")
+    return result, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--episodes", type=int, default=100_000)
+    parser.add_argument("--keep", help="build the run here and keep it (default: a temporary directory)")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    run_dir = Path(args.keep or tempfile.mkdtemp(prefix="bench-reducer-")) / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, pinned to 1; "
+          f"python {platform.python_version()}")
+    timed("import tau2's registry (once per process, not counted)", lambda: __import__("tau2.registry"))
+    n_ckpt, _ = timed(f"build {args.episodes} episodes (not part of the reduction)", lambda: build(run_dir, args.episodes))
+    reduction, cold = timed("cold reduce (read, score, metrics)", lambda: reduce_run(run_dir))
+    print(f"  {reduction.n_episodes} episodes, {n_ckpt} checkpoints, {len(reduction.shards)} shards, "
+          f"{len(reduction.groups)} metric groups; {reduction.n_episodes / cold:,.0f} episodes/s")
+    timed("warm reduce (nothing new: cached scores)", lambda: reduce_run(run_dir))
+    extra = [episode("ckpt-new", 10**6, "airline", "0", t, Behavior()) for t in range(SHARD_SIZE)]
+    write_shard(run_dir / "shards" / "resumed.jsonl", "resumed", extra)
+    timed(f"resume reduce (one new shard of {SHARD_SIZE})", lambda: reduce_run(run_dir))
+    print(f"target: cold reduce under 60 s -> {'met' if cold < 60 else 'NOT met'}")
+    if not args.keep:
+        shutil.rmtree(run_dir.parent)
+
+
+if __name__ == "__main__":
+    main()
