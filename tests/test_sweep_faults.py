@@ -84,19 +84,22 @@ def recorded(run_dir: Path) -> int:
     return partial + sum(read_shard_header(p)["n"] for p in (run_dir / "shards").glob("*.jsonl"))
 
 
-def kill_when(condition, title: str, killed: list, timeout: float = 600) -> threading.Thread:
-    """In the background: once `condition()` holds, SIGKILL every `ray::<title>` process."""
+def kill_mid_run(run_dir: Path, plan: list[tuple[int, str]], killed: list, timeout: float = 900) -> threading.Thread:
+    """In the background: for each (n, title) of `plan` in turn, once the run has finished n
+    episodes, SIGKILL every `ray::<title>` process; `killed` gets (episodes done, title, pids)."""
 
     def watch():
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                for p in ray_processes(title):
-                    killed.append(p.pid)
-                    p.send_signal(signal.SIGKILL)
-                if killed:
-                    return
-            time.sleep(0.2)
+        for n, title in plan:
+            while time.monotonic() < deadline:
+                done = recorded(run_dir) if run_dir.exists() else 0
+                victims = ray_processes(title) if done >= n else []
+                if victims:
+                    for p in victims:
+                        p.send_signal(signal.SIGKILL)
+                    killed.append((done, title, [p.pid for p in victims]))
+                    break
+                time.sleep(0.2)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -125,25 +128,17 @@ def test_uninterrupted_sweep_records_every_episode_once(baseline):
     assert all(any("transfer_to_human_agents" in m[2] for m in r[3]) for r in results.values())
 
 
-def test_killed_worker_mid_shard(baseline, tmp_path):
+def test_killed_worker_and_engines_mid_sweep(baseline, tmp_path):
+    """kill -9 of the workers after one finished episode, of the engine replicas after two: Ray
+    restarts them, the episodes in flight are retried, and each episode is recorded exactly once."""
     run_dir = tmp_path / "run"
-    killed: list[int] = []
-    watcher = kill_when(lambda: recorded(run_dir) >= 1 if run_dir.exists() else False, "EpisodeWorker", killed)
+    killed: list = []
+    watcher = kill_mid_run(run_dir, [(1, "EpisodeWorker"), (2, "EngineHost")], killed)
     _, summary = sweep(run_dir, "engine.script.delay_s=1.0")
     watcher.join(timeout=5)
-    assert killed, "no worker was killed"
+    assert [title for _, title, _ in killed] == ["EpisodeWorker", "EngineHost"], killed
+    assert all(done < N_EPISODES for done, _, _ in killed)  # the sweep was not over yet
     assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
-    assert result_set(run_dir) == result_set(baseline[0])
-
-
-def test_killed_engine_actors_mid_shard(baseline, tmp_path):
-    run_dir = tmp_path / "run"
-    killed: list[int] = []
-    watcher = kill_when(lambda: recorded(run_dir) >= 1 if run_dir.exists() else False, "EngineHost", killed)
-    _, summary = sweep(run_dir, "engine.script.delay_s=1.0")
-    watcher.join(timeout=5)
-    assert killed, "no engine actor was killed"
-    assert summary.shards_failed == []
     assert result_set(run_dir) == result_set(baseline[0])
 
 

@@ -2,11 +2,13 @@
 for the whole sweep and shared when it is the same checkpoint), feeds episodes to the worker
 pool, records each finished episode at once, writes each finished shard atomically, and retries.
 
-Attempts are counted per shard: an attempt ends when one of its episodes fails (a dead worker, an
-engine that stayed down, a timeout, an exception), and the failed episodes are resubmitted under
-the next attempt; all the episodes that one crash takes down count as one attempt. A shard whose
-attempts are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
-partial/<id>.jsonl for the next resume.
+Ray absorbs actor crashes first: a killed worker is restarted and its episodes retried there
+(max_task_retries), a killed engine replica is restarted and its requests retried. What still
+fails (an exception in an episode, an engine that stays down, a timeout) costs the shard an
+attempt: an attempt ends when one of its episodes fails, the failed episodes are resubmitted under
+the next attempt, and all the episodes that one crash takes down count as one attempt. A shard
+whose attempts are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay
+in partial/<id>.jsonl for the next resume.
 """
 
 from __future__ import annotations
@@ -128,7 +130,9 @@ class Driver:
         config = self.cfg.model_dump(mode="json")
         self.workers = [actor.remote(config) for _ in range(n)]
         self.load = [0] * n
-        self.ray.get([h.ping.remote() for h in self.workers], timeout=300)
+
+    def wait_workers(self) -> None:
+        self.ray.get([h.ping.remote() for h in self.workers], timeout=600)
 
     def _engine_cpus(self) -> float:
         return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.cpus
@@ -158,12 +162,18 @@ class Driver:
             if pending:
                 self.start_workers(sum(len(st.shard.episodes) - len(st.records) for st in pending))
                 user_ref = self.start_engines(user_ck, "user") if user_ck is not None else None
+                self.wait_workers()  # they import tau2 while the engines load
             for ck in self.ckpts:
                 mine = [st for st in pending if st.shard.model == ck.name]
                 if not mine:
                     continue
                 shared = self._shares_user_engine(ck, user_ck)
-                agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
+                try:
+                    agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
+                except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
+                    for st in mine:
+                        self._give_up(st, f"engine for {ck.name} did not start: {exc!r}"[-4000:])
+                    continue
                 try:
                     self._run_shards(mine, agent_ref, user_ref, bar)
                 finally:
@@ -224,6 +234,11 @@ class Driver:
         self.run.write_done(st.shard, st.records)
         st.failed = False
 
+    def _give_up(self, st: ShardState, error: str) -> None:
+        if not st.failed:
+            st.failed = True
+            self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
+
     def _failed(self, item: Inflight, exc: Exception, queue: deque, bar) -> None:
         st = item.state
         self.failures += 1
@@ -231,9 +246,7 @@ class Driver:
         if item.attempt == st.attempt:  # the first failure of this attempt ends it
             st.attempt += 1
         if st.attempt > self.cfg.max_attempts:
-            if not st.failed:
-                st.failed = True
-                self.run.write_failed(st.shard.id, st.last_error, self.cfg.max_attempts)
+            self._give_up(st, st.last_error)
         else:
             queue.appendleft((st, item.episode))
         bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))

@@ -134,7 +134,10 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     """Reduce, log to W&B and write the report (handoff.report); print where everything is."""
     from handoff.report import finish_run
 
-    paths = finish_run(prepared.run.root, prepared.data)
+    try:
+        paths = finish_run(prepared.run.root, prepared.data)
+    except Exception as exc:  # noqa: BLE001 - the shards are safe; `handoff report` can redo this
+        paths = {"report error": f"{exc!r} (rerun: handoff reduce / handoff report {prepared.run.root})"}
     lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
              f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",
              f"  results: {prepared.run.shards_dir}"]

@@ -34,6 +34,8 @@ class EpisodeWorker:
 
     def __init__(self, config: dict):
         import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
+        import handoff.agent.episode  # noqa: F401 - tau2, litellm and the tool parser, imported while engines load
+        import handoff.tasks  # noqa: F401
 
         self.cfg = SweepConfig.model_validate(config)
         self._lock = threading.Lock()
