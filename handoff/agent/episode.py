@@ -30,12 +30,12 @@ from handoff.rules.events import FormatEvent
 
 
 class EpisodeSettings(BaseModel):
-    """Limits and sampling of one episode (the sweep's `episode` config)."""
+    """Limits and the agent's sampling for one episode. The user simulator's sampling belongs to
+    its UserSpec (handoff.agent.user), which make_user applies."""
 
     max_steps: int = Field(30, gt=0, description="tau2 orchestrator steps (messages)")
     max_errors: int = Field(10, gt=0, description="tool errors before tau2 stops the episode")
     agent_sampling: Sampling = Field(default_factory=lambda: Sampling(max_tokens=256))
-    user_sampling: Sampling = Field(default_factory=lambda: Sampling(max_tokens=128))
     max_context_tokens: int = Field(8192, gt=0, description="the agent's prompt + completion limit")
     tool_parser: str = Field("hermes", description="vLLM tool parser name")
 
