@@ -71,7 +71,7 @@ def run(tmp_path, tasks, monkeypatch):
 def test_logged_values_are_the_reducers(run, tasks):
     paths = finish_run(run, report=False)
     reduction = reduce_run(run)
-    assert paths["wandb"] == run / "wandb" and "wandb_errors" not in paths
+    assert paths["wandb"] == run / "wandb" / "wandb" and "wandb_errors" not in paths
     for g in reduction.slices():
         logged = offline_run(run / "wandb", run_id(run, g.model, g.domain))
         expected = run_values(reduction, g.model, g.domain)

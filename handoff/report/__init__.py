@@ -31,7 +31,8 @@ def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, 
 
     `cfg` is the resolved sweep config (dict or OmegaConf); default: the run's manifest. W&B
     failures are printed and written to wandb/errors.txt, never raised. Returns the paths of
-    metrics.json, the per-shard scores, the W&B directory, and the report files."""
+    metrics.json, the per-shard scores, the W&B run directories (`wandb sync <path>/offline-run-*`)
+    and the report files."""
     run = RunDir(run_dir)
     reduction = reduce_run(run.root)
     paths = {"metrics": run.reduced / "metrics.json", "scores": run.reduced / "scores"}

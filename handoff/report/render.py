@@ -8,7 +8,7 @@ from pathlib import Path
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.report.rundir import RunDir, write_atomic
-from handoff.rules.metrics import Interval, Metrics
+from handoff.rules.metrics import Interval
 
 HEADLINE = {
     "accuracy": lambda m: m.handoff.accuracy,

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import os
 import re
+from collections import defaultdict
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -27,7 +28,7 @@ TABLE_COLUMNS = ["task_id", "trial", "rule", "should_transfer", "transferred", "
 
 
 class WandbResult(BaseModel):
-    dir: Path
+    dir: Path = Field(description="where the W&B run directories are: `wandb sync DIR/offline-run-*`")
     run_ids: list[str] = Field(default_factory=list)
     mode: str = "offline"
     errors: list[str] = Field(default_factory=list)
@@ -66,17 +67,20 @@ def run_values(reduction: Reduction, model: str, domain: str) -> dict[str, float
     return values
 
 
-def episode_rows(reduction: Reduction, model: str, domain: str) -> list[list]:
-    rows = []
+def _value(x) -> str:
+    return str(getattr(x, "value", x))
+
+
+def episode_rows(reduction: Reduction) -> dict[tuple[str, str], list[list]]:
+    """The per-episode table (TABLE_COLUMNS) of every (checkpoint, domain)."""
+    rows = defaultdict(list)
     for ep in reduction.episodes:
         s = ep.score
-        if (ep.model, s.domain) != (model, domain):
-            continue
-        rows.append([s.task_id, ep.trial, s.label.rule, s.label.should_transfer, s.transferred,
-                     s.reward, s.tau2_reward, ",".join(v.rule for v in s.violations),
-                     ",".join(str(getattr(f.kind, "value", f.kind)) for f in s.format_errors),
-                     str(getattr(s.termination_reason, "value", s.termination_reason)),
-                     s.n_assistant_turns])
+        rows[(ep.model, s.domain)].append([
+            s.task_id, ep.trial, s.label.rule, s.label.should_transfer, s.transferred, s.reward,
+            s.tau2_reward, ",".join(_value(v.rule) for v in s.violations),
+            ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
+            s.n_assistant_turns])
     return rows
 
 
@@ -100,7 +104,7 @@ def _wandb_env(wandb_dir: Path):
                 os.environ[key] = value
 
 
-def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, mode: str,
+def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, rows: list[list], mode: str,
              logger_cfg: dict) -> str:
     import wandb
 
@@ -119,7 +123,7 @@ def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, mode: s
         wb.define_metric(STEP_METRIC)
         wb.define_metric("*", step_metric=STEP_METRIC)
         values = run_values(reduction, model, domain)
-        table = wandb.Table(columns=TABLE_COLUMNS, data=episode_rows(reduction, model, domain))
+        table = wandb.Table(columns=TABLE_COLUMNS, data=rows)
         wb.log({**values, "episodes": table})
         wb.summary.update(values)
     finally:
@@ -143,12 +147,13 @@ def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | 
     """Log every (checkpoint, domain) of the reduction. When the server cannot be reached, that
     run and all the following ones are written offline instead; failures are returned in `errors`."""
     run, logger_cfg = RunDir(run_dir), dict(logger_cfg or {})
-    result = WandbResult(dir=run.wandb, mode=resolve_mode(logger_cfg))
-    mode = result.mode
+    result = WandbResult(dir=run.wandb / "wandb", mode=resolve_mode(logger_cfg))
+    mode, rows = result.mode, episode_rows(reduction)
     with _wandb_env(run.wandb):
         for g in reduction.slices():
+            args = (reduction, run, g.model, g.domain, rows[(g.model, g.domain)])
             try:
-                result.run_ids.append(_log_one(reduction, run, g.model, g.domain, mode, logger_cfg))
+                result.run_ids.append(_log_one(*args, mode, logger_cfg))
                 continue
             except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
                 result.errors.append(_error(g, mode, exc))
@@ -158,7 +163,7 @@ def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | 
                 wandb.teardown()  # frees the run id the failed online run still holds
                 mode = "offline"
                 try:
-                    result.run_ids.append(_log_one(reduction, run, g.model, g.domain, mode, logger_cfg))
+                    result.run_ids.append(_log_one(*args, mode, logger_cfg))
                 except Exception as exc:  # noqa: BLE001
                     result.errors.append(_error(g, mode, exc))
     return result
