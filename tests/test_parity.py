@@ -138,3 +138,20 @@ def test_response_mask_marks_only_model_tokens():
     ones = [tok for tok, m in zip(trained.response_ids, trained.response_mask) if m == 1]
     assert ones == [tok for g in generated for tok in g]
     assert trained.response_mask[0] == 1 and 0 in trained.response_mask  # tool/user tokens in between
+
+
+def test_registered_with_verl_under_its_name():
+    assert agent_loop._agent_loop_registry["tau2_handoff"] == {"_target_": "handoff.agent.verl_loop.Tau2AgentLoop"}
+
+
+def test_server_manager_engine_tells_length_from_stop():
+    from handoff.agent.verl_loop import ServerManagerEngine
+
+    eos = chat().eos_token_id
+    finish = ServerManagerEngine(None, None, {}, {eos})._finish
+    assert finish([5, 6, 7], "completed", max_tokens=3) == "length"  # verl says "completed" for both
+    assert finish([5, 6, eos], "completed", max_tokens=3) == "stop"
+    assert finish([5, 6, eos], "length", max_tokens=3) == "stop"
+    assert finish([5, 6], "length", max_tokens=3) == "length"
+    assert finish([5, 6], "completed", max_tokens=3) == "stop"
+    assert finish([], "aborted", max_tokens=3) == "abort"
