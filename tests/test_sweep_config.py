@@ -123,9 +123,12 @@ def test_plan_covers_checkpoint_domain_slice_trial(tmp_path):
 
 def test_config_hash_ignores_execution_keys(tmp_path):
     a = to_container(compose([f"run_dir={tmp_path}/a"]))
-    b = to_container(compose([f"run_dir={tmp_path}/b", "workers.threads=2", "cluster=existing"]))
+    b = to_container(compose([f"run_dir={tmp_path}/b", "workers.threads=2", "cluster=existing",
+                              "engine.replicas=4", "logger=wandb_online"]))
     c = to_container(compose([f"run_dir={tmp_path}/a", "seed=1"]))
+    d = to_container(compose([f"run_dir={tmp_path}/a", "engine.tensor_parallel_size=2"]))
     assert config_hash(a) == config_hash(b) != config_hash(c)
+    assert config_hash(d) not in (config_hash(a), config_hash(c))
 
 
 def test_resume_check_says_what_changed():
@@ -172,3 +175,13 @@ def test_corrupt_shard_is_moved_aside_not_deleted(tmp_path):
     assert not run.is_done(shard)
     assert not path.exists() and len(list(run.shards_dir.glob("s.jsonl.corrupt-*"))) == 1
     assert "checksum" in json.loads((run.failed_dir / "s.json").read_text())["error"]
+
+
+def test_sessions_stick_to_one_replica():
+    from handoff.sweep.engines import route
+
+    sessions = [f"user/m/retail/{i}/0" for i in range(200)]
+    first = [route(s, 4) for s in sessions]
+    assert first == [route(s, 4) for s in sessions]  # every turn of a conversation: same replica
+    assert set(first) == {0, 1, 2, 3}  # and the conversations spread over all replicas
+    assert route("user/m/retail/0/0", 1) == 0

@@ -191,8 +191,8 @@ def test_changed_config_refuses_to_resume(baseline, tmp_path):
     run_dir = baseline[0]
     with pytest.raises(ResumeRefused, match=r"config changed:\n    trials: 1 -> 2"):
         resume(run_dir, "trials=2")
-    with pytest.raises(ResumeRefused, match=r"engine.script.user: \[.*'###TRANSFER###'\] -> \[.*'bye'\]"):
-        resume(run_dir, "engine.script.user.1=bye")
+    with pytest.raises(ResumeRefused, match=r"engine.script.user: \[.*'###TRANSFER###'\] -> \['hi', 'bye'\]"):
+        resume(run_dir, "engine.script.user=[hi,bye]")
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
     manifest = json.loads((copy / "manifest.json").read_text())

@@ -20,7 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from handoff.engine.base import Sampling
 
 # Keys that say where and how fast a sweep runs, not what it computes: they may change on resume.
-EXECUTION_KEYS = ("run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger")
+EXECUTION_KEYS = (
+    "run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger",
+    "engine.replicas", "engine.cpus", "engine.gpu_memory_utilization", "engine.kv_cache_gib",
+    "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.script.delay_s",
+)
 
 
 class ConfigError(ValueError):
@@ -246,9 +250,10 @@ def checkpoints(cfg: SweepConfig) -> list[Checkpoint]:
     return sorted(out, key=lambda c: (c.step, c.name))
 
 
-def result_config(data: dict) -> dict:
+def result_config(data: dict, prefix: str = "") -> dict:
     """The part of the resolved config that decides the results (EXECUTION_KEYS left out)."""
-    return {k: v for k, v in data.items() if k not in EXECUTION_KEYS}
+    return {k: result_config(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+            for k, v in data.items() if f"{prefix}{k}" not in EXECUTION_KEYS}
 
 
 def config_hash(data: dict) -> str:

@@ -145,52 +145,61 @@ class Driver:
     # -- the loop -------------------------------------------------------------------------------
     def execute(self) -> Summary:
         started = time.monotonic()
-        todo = {sid: st for sid, st in self.states.items() if not self.run.is_done(st.shard)}
-        for st in todo.values():
-            st.records = self.run.read_partial(st.shard)
-        done_before = self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
-        user_ck = self._user_checkpoint()
+        todo = self._unfinished()
         res = self.ray.cluster_resources()
         check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0))
-        bar = tqdm(total=self.total, initial=done_before, unit="ep", desc=self.cfg.name,
+        missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
+        bar = tqdm(total=self.total, initial=self.total - missing, unit="ep", desc=self.cfg.name,
                    disable=not self.progress, dynamic_ncols=True)
-        for st in [st for st in todo.values() if st.complete]:  # all episodes found in partial/
-            self._finish(st)
+        self._postfix(bar)
         pending = [st for st in todo.values() if not st.complete]
-        user_ref = None
+        user_ck, user_ref = self._user_checkpoint(), None
         try:
             if pending:
-                self.start_workers(sum(len(st.shard.episodes) - len(st.records) for st in pending))
+                self.start_workers(missing)
                 user_ref = self.start_engines(user_ck, "user") if user_ck is not None else None
                 self.wait_workers()  # they import tau2 while the engines load
             for ck in self.ckpts:
                 mine = [st for st in pending if st.shard.model == ck.name]
-                if not mine:
-                    continue
-                shared = self._shares_user_engine(ck, user_ck)
-                try:
-                    agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
-                except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
-                    for st in mine:
-                        self._give_up(st, f"engine for {ck.name} did not start: {exc!r}"[-4000:])
-                    continue
-                try:
-                    self._run_shards(mine, agent_ref, user_ref, bar)
-                finally:
-                    if not shared:
-                        self.stop_engines(agent_ref)
+                if mine:
+                    self._run_checkpoint(ck, mine, user_ck, user_ref, bar)
         finally:
             self.stop_engines(user_ref)
             for w in self.workers:
                 self.ray.kill(w)
             bar.close()
-        done = [sid for sid, st in self.states.items() if sid not in todo or st.complete]
         return Summary(
             episodes_total=self.total,
-            episodes_done=sum(len(st.shard.episodes) if sid not in todo else len(st.records)
-                              for sid, st in self.states.items()),
-            shards_done=sorted(done), shards_failed=self.run.failed_ids(),
-            episode_failures=self.failures, wall_s=time.monotonic() - started)
+            episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
+            shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
+            shards_failed=self.run.failed_ids(), episode_failures=self.failures,
+            wall_s=time.monotonic() - started)
+
+    def _unfinished(self) -> dict[str, ShardState]:
+        """Shards without a verified shard file, with the episodes their partial files hold; those
+        that partial/ already completes are written at once."""
+        todo = {sid: st for sid, st in self.states.items() if not self.run.is_done(st.shard)}
+        for st in todo.values():
+            st.records = self.run.read_partial(st.shard)
+            if st.complete:
+                self._finish(st)
+        return todo
+
+    def _run_checkpoint(self, ck: Checkpoint, states: list[ShardState], user_ck: Checkpoint | None,
+                        user_ref: EngineRef | None, bar) -> None:
+        """All shards of one checkpoint (every domain) on its engines, loaded once."""
+        shared = self._shares_user_engine(ck, user_ck)
+        try:
+            agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
+        except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
+            for st in states:
+                self._give_up(st, f"engine for {ck.name} did not start: {exc!r}"[-4000:])
+            return
+        try:
+            self._run_shards(states, agent_ref, user_ref, bar)
+        finally:
+            if not shared:
+                self.stop_engines(agent_ref)
 
     def _run_shards(self, states: list[ShardState], agent: EngineRef, user: EngineRef | None, bar) -> None:
         queue = deque((st, ep) for st in states for ep in st.shard.episodes if ep.key not in st.records)
@@ -249,4 +258,7 @@ class Driver:
             self._give_up(st, st.last_error)
         else:
             queue.appendleft((st, item.episode))
+        self._postfix(bar)
+
+    def _postfix(self, bar) -> None:
         bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))
