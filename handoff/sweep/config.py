@@ -23,7 +23,8 @@ from handoff.engine.base import Sampling
 EXECUTION_KEYS = (
     "run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger",
     "engine.replicas", "engine.cpus", "engine.gpu_memory_utilization", "engine.kv_cache_gib",
-    "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.script.delay_s",
+    "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.load_timeout_s",
+    "engine.script.delay_s",
 )
 
 
@@ -106,6 +107,7 @@ class EngineConfig(Strict):
     enforce_eager: bool = True
     max_restarts: int = Field(3, ge=0)
     request_timeout_s: float = Field(600, gt=0)
+    load_timeout_s: float = Field(900, gt=0)
     script: Any = None
 
     @property
@@ -145,6 +147,7 @@ class WorkersConfig(Strict):
     processes: int | None = Field(None, ge=1)
     threads: int = Field(8, ge=1)
     cpus: float = Field(0.5, gt=0)
+    fast_eval: bool = True  # handoff.fasteval: tau2's evaluator and environments, same rewards, less CPU
 
 
 class SweepConfig(Strict):

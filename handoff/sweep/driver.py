@@ -108,7 +108,7 @@ class Driver:
         )
         replicas = [actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
                     for _ in range(e.replicas)]
-        self.ray.get([r.ready.remote() for r in replicas], timeout=e.request_timeout_s)
+        self.ray.get([r.ready.remote() for r in replicas], timeout=e.load_timeout_s)
         return EngineRef(ck, replicas)
 
     def stop_engines(self, ref: EngineRef | None) -> None:
@@ -132,7 +132,7 @@ class Driver:
         self.load = [0] * n
 
     def wait_workers(self) -> None:
-        self.ray.get([h.ping.remote() for h in self.workers], timeout=600)
+        self.ray.get([h.ping.remote() for h in self.workers], timeout=self.cfg.engine.load_timeout_s)
 
     def _engine_cpus(self) -> float:
         return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.cpus

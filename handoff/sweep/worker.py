@@ -74,7 +74,15 @@ class EpisodeWorker:
         )
         started = time.perf_counter()
         result = run_episode(ep.domain, task, RayEngineClient(agent.replicas, timeout), self.chat(ck),
-                             user_sim, settings, ep.seed)
+                             user_sim, settings, ep.seed, **self._evaluation(ep.domain))
         record: EpisodeRecord = result.to_record(ep.model, step=ep.step, trial=ep.trial)
         record.wall_s = time.perf_counter() - started
         return record.model_dump(mode="json")
+
+    def _evaluation(self, domain: str) -> dict:
+        """handoff.fasteval's evaluator and environment (bit-identical rewards), unless disabled."""
+        if not self.cfg.workers.fast_eval:
+            return {}
+        from handoff.fasteval import evaluate_simulation, make_environment
+
+        return {"evaluate": evaluate_simulation, "environment": make_environment(domain)}
