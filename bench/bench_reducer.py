@@ -55,11 +55,13 @@ def build(run_dir: Path, n: int) -> int:
 
 
 def timed(label: str, fn):
-    start = time.perf_counter()
+    """Run fn; print its wall-clock and CPU seconds (CPU: what it costs on a machine shared with
+    other work); return its result and CPU seconds."""
+    wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
-    elapsed = time.perf_counter() - start
-    print(f"{label:52} {elapsed:8.2f} s")
-    return result, elapsed
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"{label:58} {wall:8.2f} s wall {cpu:8.2f} s CPU", flush=True)
+    return result, cpu
 
 
 def main() -> None:
@@ -77,12 +79,13 @@ def main() -> None:
     n_ckpt, _ = timed(f"build {args.episodes} episodes (not part of the reduction)", lambda: build(run_dir, args.episodes))
     reduction, cold = timed("cold reduce (read, score, metrics)", lambda: reduce_run(run_dir))
     print(f"  {reduction.n_episodes} episodes, {n_ckpt} checkpoints, {len(reduction.shards)} shards, "
-          f"{len(reduction.groups)} metric groups; {reduction.n_episodes / cold:,.0f} episodes/s")
+          f"{len(reduction.groups)} metric groups; {reduction.n_episodes / cold:,.0f} episodes per CPU second")
     timed("warm reduce (nothing new: cached scores)", lambda: reduce_run(run_dir))
-    extra = [episode("ckpt-new", 10**6, "airline", "0", t, Behavior()) for t in range(SHARD_SIZE)]
+    tasks = sample_tasks(per_rule=10_000)["retail"][: SHARD_SIZE // TRIALS]
+    extra = [episode("ckpt-new", 10**6, "retail", t, k, Behavior()) for t in tasks for k in range(TRIALS)]
     write_shard(run_dir / "shards" / "resumed.jsonl", "resumed", extra)
     timed(f"resume reduce (one new shard of {SHARD_SIZE})", lambda: reduce_run(run_dir))
-    print(f"target: cold reduce under 60 s -> {'met' if cold < 60 else 'NOT met'}")
+    print(f"target: cold reduce under 60 s of one core -> {'met' if cold < 60 else 'NOT met'} ({cold:.1f} s CPU)")
     if not args.keep:
         shutil.rmtree(run_dir.parent)
 

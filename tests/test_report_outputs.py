@@ -11,7 +11,7 @@ from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 
 from handoff.cli import main
 from handoff.records import read_shard, write_shard
-from handoff.report import reduce_run
+from handoff.report import finish_run, reduce_run
 from handoff.report.render import fmt
 from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
 
@@ -93,6 +93,15 @@ def test_compare_two_runs(run, tmp_path, capsys):
     cmp = _compare(capsys, run, other, "--a", "bad", "--b", "good", "--domain", "retail")
     assert cmp["a"] == "run:bad:retail" and cmp["b"] == "other:good:retail"
     assert cmp["result"]["metrics"]["handoff_accuracy"]["hi"] < 0 and cmp["significant"]["handoff_accuracy"]
+
+
+def test_a_run_without_episodes_still_gets_its_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    (tmp_path / "manifest.json").write_text('{"name": "empty", "config": {}}')
+    paths = finish_run(tmp_path)
+    assert json.loads(paths["metrics"].read_text())["n_episodes"] == 0
+    assert "No episodes yet" in paths["report_md"].read_text() and paths["report_html"].is_file()
+    assert not any(name.startswith("plot_") for name in paths) and "wandb_errors" not in paths
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -80,6 +80,9 @@ def over_steps(reduction: Reduction, panels: dict[str, callable], path: Path, ti
 
 
 def all_plots(reduction: Reduction, out_dir: Path) -> dict[str, Path]:
+    """Every figure of the report; none for a run without episodes."""
+    if not reduction.groups:
+        return {}
     return {
         "confusion": confusion_matrices(reduction, out_dir / "confusion.png"),
         "precision_recall": over_steps(reduction, {

@@ -1,5 +1,6 @@
 """The reducer: scores every episode of a run with the rules and computes the metrics
-(docs/metrics.md) per (checkpoint, domain, rule id), per checkpoint and domain, and overall.
+(docs/metrics.md) per (checkpoint, domain, rule id), per (checkpoint, domain), and per checkpoint
+over all domains.
 
 It is incremental: each shard's scores are cached in reduced/scores/<shard>.jsonl under a key made
 of the shard's checksum and the scorer's fingerprint (weights, labels, version), so re-reducing
@@ -114,6 +115,7 @@ def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpi
 def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[str], list[str]]:
     """All scored episodes of a run, sorted by key; also the shards read and those corrupt."""
     cache_dir = run.reduced / "scores"
+    cache_dir.mkdir(parents=True, exist_ok=True)
     episodes, read, corrupt, seen = [], [], [], {}
     for shard in run.shards():
         try:
@@ -137,12 +139,13 @@ def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[st
 
 
 def _slices(episodes: list[ScoredEpisode]) -> dict[tuple[str, int, str, str], list[ScoredEpisode]]:
-    """Episodes per (checkpoint, step, domain, rule), each dimension also summed over ("all")."""
+    """Episodes per (checkpoint, step, domain, rule), per (checkpoint, step, domain) and per
+    checkpoint (domain and rule "all"). The last one's metrics hold the transfer rate of each
+    rule over all domains."""
     slices = defaultdict(list)
     for ep in episodes:
-        for domain in (ep.score.domain, ALL):
-            for rule in (ep.score.label.rule, ALL):
-                slices[(ep.model, ep.step, domain, rule)].append(ep)
+        for domain, rule in ((ep.score.domain, ep.score.label.rule), (ep.score.domain, ALL), (ALL, ALL)):
+            slices[(ep.model, ep.step, domain, rule)].append(ep)
     return slices
 
 

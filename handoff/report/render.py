@@ -79,7 +79,7 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     ]
     for title, pick in sections:
         lines += [f"## {title}", ""] + _keyed_table(reduction, pick)
-    lines += ["## Plots", ""]
+    lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]
     lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
     return "\n".join(lines)
 
