@@ -87,6 +87,7 @@ class Tau2AgentLoop(AgentLoopBase):
         self.user_spec = UserSpec(**section.get("user", {}))
         self.weights = RewardWeights.load(section.get("reward", "default"))
         self.chat = chat or ChatFormat(self.tokenizer.name_or_path, section.get("chat_template"))
+        self.chat.tokenizer  # load it here: episodes run in worker threads, loading is not thread-safe
         self.user_engine = user_engine
         self.label_for = label_for or _label_for
         self.response_length = self.rollout_config.response_length
