@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import handoff  # noqa: F401  (environment for tau2 before it is imported)
 from handoff.agent.episode import EpisodeResult, EpisodeSettings, run_episode
@@ -17,7 +17,7 @@ from handoff.tasks import get_task
 AIRLINE_USER = "mia_li_3668"  # the user of airline task 0
 
 
-@lru_cache(maxsize=None)
+@cache
 def chat() -> ChatFormat:
     return ChatFormat(str(ensure(SMOLLM2)))
 
@@ -28,7 +28,7 @@ def call(name: str, arguments) -> str:
 
 
 def settings(**overrides) -> EpisodeSettings:
-    values = dict(max_steps=30, agent_sampling=Sampling(max_tokens=64), max_context_tokens=8192)
+    values = {"max_steps": 30, "agent_sampling": Sampling(max_tokens=64), "max_context_tokens": 8192}
     return EpisodeSettings(**{**values, **overrides})
 
 

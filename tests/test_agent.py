@@ -3,10 +3,20 @@ every format kind, the internal stop, garbage output, the user simulator and fin
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
-from agent_support import AIRLINE_USER, call, chat, comparable, kinds, run, scripted, settings
+from agent_support import (
+    AIRLINE_USER,
+    call,
+    chat,
+    comparable,
+    kinds,
+    run,
+    scripted,
+    settings,
+)
 from tau2.data_model.message import AssistantMessage
 from tau2.data_model.simulation import TerminationReason
 
@@ -54,7 +64,7 @@ def test_prompts_grow_append_only_and_mask_marks_generated_tokens():
 
     result = run_episode("airline", task, agent, chat(), user, settings(), seed=1)
     prompts, ctx = agent.prompts, result.agent_tokens
-    for earlier, later in zip(prompts, prompts[1:]):
+    for earlier, later in itertools.pairwise(prompts):
         assert later[: len(earlier)] == earlier  # the next prompt extends the previous one
     generated = [agent.replay(Scripted(text=t), 64).token_ids for t in [LOOKUP, "Done.", "Bye."]]
     assert sum(ctx.mask) == sum(len(g) for g in generated)

@@ -25,9 +25,9 @@ from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
 
 agent_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop")
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput
 
-from handoff.agent.verl_loop import Tau2AgentLoop  # noqa: E402
+from handoff.agent.verl_loop import Tau2AgentLoop
 
 LOOKUP = call("get_user_details", {"user_id": AIRLINE_USER})
 TRANSFER = call("transfer_to_human_agents", {"summary": "The user asks for a human agent."})
@@ -96,7 +96,7 @@ def run_agent_loop(name: str, agent_script, user_script, seed: int = 7):
 @pytest.mark.parametrize("name", list(CASES))
 def test_evaluation_and_training_run_the_same_episode(name):
     agent_script, user_script = CASES[name]
-    evaluated = run(agent_script, user_script, max_context_tokens=max_context(name), **{"max_steps": 30})
+    evaluated = run(agent_script, user_script, max_context_tokens=max_context(name), max_steps=30)
     score = score_result(evaluated, get_task("airline", "0"), label_for("airline", "0"), RewardWeights.load("default"))
     trained, server = run_agent_loop(name, agent_script, user_script)
 

@@ -11,7 +11,7 @@ reason is kept in `reward_info.info["handoff_termination"]`; `termination_of(sim
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tau2.data_model.message import AssistantMessage
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason

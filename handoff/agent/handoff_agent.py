@@ -10,12 +10,18 @@ removes the message. Model output never raises out of this class.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from tau2.agent.base import LocalAgent, ValidAgentInputMessage
 from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
-from tau2.data_model.message import AssistantMessage, Message, MultiToolMessage, SystemMessage, ToolMessage
+from tau2.data_model.message import (
+    AssistantMessage,
+    Message,
+    MultiToolMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from tau2.environment.tool import Tool
 
 from handoff.agent.context import TokenContext, completion_text
@@ -48,7 +54,7 @@ class AgentStop(BaseModel):
     """Why the agent ended the episode with the internal stop message."""
 
     termination: Termination
-    kind: Optional[FormatKind] = Field(None, description="the format event behind it; None for context overflow")
+    kind: FormatKind | None = Field(None, description="the format event behind it; None for context overflow")
     detail: str = ""
 
 
@@ -56,7 +62,7 @@ class AgentLog(BaseModel):
     """Everything the agent records besides the messages themselves."""
 
     events: list[AgentEvent] = Field(default_factory=list)
-    stop: Optional[AgentStop] = None
+    stop: AgentStop | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     turns: int = 0
@@ -94,7 +100,7 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT.format(agent_instruction=AGENT_INSTRUCTION, domain_policy=self.domain_policy)
 
-    def get_init_state(self, message_history: Optional[list[Message]] = None) -> HandoffAgentState:
+    def get_init_state(self, message_history: list[Message] | None = None) -> HandoffAgentState:
         return HandoffAgentState(messages=list(message_history or []))
 
     def set_seed(self, seed: int) -> None:

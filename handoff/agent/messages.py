@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tau2.data_model.message import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from tau2.data_model.message import (
+    AssistantMessage,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 
 
 def to_chat_dict(message) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 from tau2.data_model.message import ToolCall, ToolMessage
 from tau2.environment.tool import Tool
@@ -57,7 +57,7 @@ class ToolCallParser:
         same completions give the same trajectory in evaluation and in training."""
         try:
             info = self._parser.extract_tool_calls(text, request=None)
-        except Exception as exc:  # the parser catches its own errors; be safe about the rest
+        except Exception as exc:  # noqa: BLE001  model output must never raise out of the agent
             return _as_text(text, f"tool parser failed: {type(exc).__name__}: {exc}")
         if not info.tools_called:
             return _as_text(text, "tool-call markup the parser could not decode")
@@ -81,9 +81,9 @@ class ToolCallParser:
         rejected = []
         for result in results:
             call = by_id.get(result.id)
-            if result.error and call is not None and call.name in self._tools.names:
-                if self._tools.rejects_arguments(Call(id=call.id, name=call.name, arguments=call.arguments)):
-                    rejected.append(call.name)
+            known = result.error and call is not None and call.name in self._tools.names
+            if known and self._tools.rejects_arguments(Call(id=call.id, name=call.name, arguments=call.arguments)):
+                rejected.append(call.name)
         return rejected
 
 
@@ -112,7 +112,7 @@ def _json_or_none(raw: str):
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parser_class(name: str):
     from vllm.tool_parsers import ToolParserManager
 

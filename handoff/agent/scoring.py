@@ -5,7 +5,14 @@ from __future__ import annotations
 from tau2.data_model.tasks import Task
 
 from handoff.agent.episode import EpisodeResult
-from handoff.rules import EpisodeScore, Label, RewardWeights, TaskContext, Trajectory, score_episode
+from handoff.rules import (
+    EpisodeScore,
+    Label,
+    RewardWeights,
+    TaskContext,
+    Trajectory,
+    score_episode,
+)
 
 
 def trajectory_of(result: EpisodeResult) -> Trajectory:

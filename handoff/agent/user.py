@@ -4,7 +4,7 @@ UserSimulator, unchanged). Configurable per sweep with a `UserSpec`."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from tau2.data_model.message import MultiToolMessage, UserMessage
@@ -24,7 +24,7 @@ class UserSpec(BaseModel):
     kind: Literal["engine", "litellm"] = "engine"
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=0.0, max_tokens=128))
     max_context_tokens: int = Field(8192, gt=0)
-    llm: Optional[str] = Field(None, description="litellm model name (kind=litellm)")
+    llm: str | None = Field(None, description="litellm model name (kind=litellm)")
     llm_args: dict = Field(default_factory=dict, description="litellm arguments (kind=litellm)")
 
 
@@ -40,7 +40,7 @@ class EngineUserSimulator(UserSimulator):
         instructions: str,
         sampling: Sampling,
         max_context_tokens: int,
-        tools: Optional[list[Tool]] = None,
+        tools: list[Tool] | None = None,
         session_id: str | None = None,
     ):
         super().__init__(tools=tools, instructions=instructions, llm=None, llm_args=None)
@@ -79,7 +79,7 @@ def make_user(
     task: Task,
     engine: Engine | None = None,
     chat=None,
-    tools: Optional[list[Tool]] = None,
+    tools: list[Tool] | None = None,
     session_id: str | None = None,
 ) -> BaseUser:
     """The user simulator for one episode of `task`, as `spec` says."""

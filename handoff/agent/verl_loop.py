@@ -26,7 +26,12 @@ from functools import partial
 from typing import Any
 
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
 
 from handoff.agent.episode import EpisodeResult, EpisodeSettings, run_episode
 from handoff.agent.scoring import score_result
@@ -87,7 +92,7 @@ class Tau2AgentLoop(AgentLoopBase):
         self.user_spec = UserSpec(**section.get("user", {}))
         self.weights = RewardWeights.load(section.get("reward", "default"))
         self.chat = chat or ChatFormat(self.tokenizer.name_or_path, section.get("chat_template"))
-        self.chat.tokenizer  # load it here: episodes run in worker threads, loading is not thread-safe
+        _ = self.chat.tokenizer  # load it here: episodes run in worker threads, loading is not thread-safe
         self.user_engine = user_engine
         self.label_for = label_for or _label_for
         self.response_length = self.rollout_config.response_length
@@ -130,7 +135,7 @@ class Tau2AgentLoop(AgentLoopBase):
 
 def _episode_fields(fields: dict) -> tuple[str, str, int]:
     extra = fields.get("extra_info") or {}
-    pick = lambda key: fields.get(key, extra.get(key))  # noqa: E731
+    pick = lambda key: fields.get(key, extra.get(key))
     domain, task_id = pick("domain"), pick("task_id")
     if not domain or task_id is None:
         raise ValueError("a tau2_handoff sample needs `domain` and `task_id` (top level or in extra_info)")
