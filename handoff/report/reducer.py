@@ -106,7 +106,11 @@ def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpi
     cached = _load_cached(cache, key, shard)
     if cached is not None:
         return cached
-    scored = [scorer.score(record) for record in read_shard(shard)]
+    records = read_shard(shard)
+    try:
+        scored = [scorer.score(record) for record in records]
+    except Exception as exc:  # an unknown task, a label file that does not load, a bad trajectory
+        raise RunDirError(f"{shard}: cannot score its episodes: {type(exc).__name__}: {exc}") from exc
     lines = [json.dumps({**key, "file": _file_stat(shard)})] + [s.model_dump_json() for s in scored]
     write_atomic(cache, "\n".join(lines) + "\n")
     return scored
