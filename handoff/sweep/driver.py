@@ -77,15 +77,19 @@ def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float
 class Driver:
     def __init__(self, cfg: SweepConfig, run: SweepRun, ckpts: list[Checkpoint], shards: list[Shard],
                  progress: bool = True):
-        import ray
-
-        self.ray, self.cfg, self.run, self.ckpts = ray, cfg, run, ckpts
+        self.cfg, self.run, self.ckpts = cfg, run, ckpts
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
         self.failures = 0
         self.progress = progress
         self.workers: list = []
         self.load: list[int] = []
+        self.started = time.monotonic()
+        self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
+
+    @property
+    def pending(self) -> list[ShardState]:
+        return [st for st in self.todo.values() if not st.complete]
 
     # -- engines --------------------------------------------------------------------------------
     def _user_checkpoint(self) -> Checkpoint | None:
@@ -144,15 +148,17 @@ class Driver:
 
     # -- the loop -------------------------------------------------------------------------------
     def execute(self) -> Summary:
-        started = time.monotonic()
-        todo = self._unfinished()
+        """Run the pending shards (Ray must be initialized)."""
+        import ray
+
+        self.ray, todo = ray, self.todo
         res = self.ray.cluster_resources()
         check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0))
         missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
         bar = tqdm(total=self.total, initial=self.total - missing, unit="ep", desc=self.cfg.name,
                    disable=not self.progress, dynamic_ncols=True)
         self._postfix(bar)
-        pending = [st for st in todo.values() if not st.complete]
+        pending = self.pending
         user_ck, user_ref = self._user_checkpoint(), None
         try:
             if pending:
@@ -168,12 +174,16 @@ class Driver:
             for w in self.workers:
                 self.ray.kill(w)
             bar.close()
+        return self.summary()
+
+    def summary(self) -> Summary:
+        todo = self.todo
         return Summary(
             episodes_total=self.total,
             episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
             shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
             shards_failed=self.run.failed_ids(), episode_failures=self.failures,
-            wall_s=time.monotonic() - started)
+            wall_s=time.monotonic() - self.started)
 
     def _unfinished(self) -> dict[str, ShardState]:
         """Shards without a verified shard file, with the episodes their partial files hold; those

@@ -63,7 +63,7 @@ class Prepared:
         ids = {d: [t.id for t in ts] for d, ts in self.tasks.items()}
         self.shards = plan_shards(self.sweep, self.ckpts, ids)
         self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, self.tasks, overrides)
-        self.run = SweepRun(self.sweep.run_dir)
+        self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
 
 
@@ -122,12 +122,13 @@ def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> t
     """Run (or resume) the sweep; the run directory holds the results."""
     prepared = prepare(cfg, overrides)
     try:
+        driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+        if not driver.pending:
+            return prepared, driver.summary()
         with ray_cluster(prepared.sweep.cluster):
-            driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
-            summary = driver.execute()
+            return prepared, driver.execute()
     finally:
         prepared.run.unlock()
-    return prepared, summary
 
 
 def finish(prepared: Prepared, summary: Summary) -> dict:

@@ -6,10 +6,8 @@ call the engine actors through RayEngineClient; the worker keeps tokenizers and 
 from __future__ import annotations
 
 import threading
-import time
 from functools import lru_cache
 
-from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, SweepConfig
 from handoff.sweep.engines import RayEngineClient
 from handoff.sweep.plan import Episode
@@ -51,33 +49,44 @@ class EpisodeWorker:
 
     def run(self, episode: dict, agent: EngineRef, user: EngineRef | None) -> dict:
         """Run one planned episode and return its EpisodeRecord (as a dict)."""
-        from handoff.agent.episode import EpisodeSettings, run_episode
-        from handoff.agent.user import UserSpec, make_user
+        from handoff.agent.episode import run_episode
         from handoff.tasks import get_task
 
         ep = Episode.model_validate(episode)
-        ck, timeout = agent.checkpoint, self.cfg.engine.request_timeout_s
         task = get_task(ep.domain, ep.task_id)
+        spec = self._user_spec(user)
+        user_sim = self._user(spec, task, user, session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}")
+        result = run_episode(ep.domain, task, self._client(agent), self.chat(agent.checkpoint), user_sim,
+                             self._settings(agent.checkpoint, spec), ep.seed, **self._evaluation(ep.domain))
+        return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
+
+    def _client(self, ref: EngineRef) -> RayEngineClient:
+        return RayEngineClient(ref.replicas, self.cfg.engine.request_timeout_s)
+
+    def _user_spec(self, user: EngineRef | None):
+        from handoff.agent.user import UserSpec
+
         u = self.cfg.user
-        spec = UserSpec(kind=u.kind, max_context_tokens=u.max_context_tokens, llm=u.llm, llm_args=u.llm_args,
-                        **({"sampling": user.checkpoint.sampling} if user is not None else {}))
-        user_sim = make_user(
-            spec, task,
-            engine=RayEngineClient(user.replicas, timeout) if user is not None else None,
-            chat=self.chat(user.checkpoint) if user is not None else None,
-            session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}",
-        )
-        settings = EpisodeSettings(
+        sampling = {"sampling": user.checkpoint.sampling} if user is not None else {}
+        return UserSpec(kind=u.kind, max_context_tokens=u.max_context_tokens, llm=u.llm, llm_args=u.llm_args,
+                        **sampling)
+
+    def _user(self, spec, task, user: EngineRef | None, session_id: str):
+        from handoff.agent.user import make_user
+
+        if user is None:  # an API user simulator (litellm)
+            return make_user(spec, task)
+        return make_user(spec, task, engine=self._client(user), chat=self.chat(user.checkpoint),
+                         session_id=session_id)
+
+    def _settings(self, ck: Checkpoint, spec):
+        from handoff.agent.episode import EpisodeSettings
+
+        return EpisodeSettings(
             max_steps=self.cfg.episode.max_steps, max_errors=self.cfg.episode.max_errors,
             agent_sampling=ck.sampling, user_sampling=spec.sampling,
             max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser,
         )
-        started = time.perf_counter()
-        result = run_episode(ep.domain, task, RayEngineClient(agent.replicas, timeout), self.chat(ck),
-                             user_sim, settings, ep.seed, **self._evaluation(ep.domain))
-        record: EpisodeRecord = result.to_record(ep.model, step=ep.step, trial=ep.trial)
-        record.wall_s = time.perf_counter() - started
-        return record.model_dump(mode="json")
 
     def _evaluation(self, domain: str) -> dict:
         """handoff.fasteval's evaluator and environment (bit-identical rewards), unless disabled."""
