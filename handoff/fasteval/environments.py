@@ -74,11 +74,16 @@ def _retail() -> DomainSpec:
 _SPECS = {"airline": _airline, "retail": _retail}
 SUPPORTED_DOMAINS = tuple(_SPECS)
 _lock = threading.Lock()
+_spec_lock = threading.Lock()
+_specs: dict[str, DomainSpec] = {}
 
 
-@cache
 def _spec(domain: str) -> DomainSpec:
-    return _SPECS[domain]()
+    """The domain's spec, one per process (its snapshot is shared by all threads)."""
+    with _spec_lock:
+        if domain not in _specs:
+            _specs[domain] = _SPECS[domain]()
+        return _specs[domain]
 
 
 @cache

@@ -80,3 +80,11 @@ def wrong_write_variants(task: Task, domain: str) -> Iterator[tuple[str, list[Ac
     yield "altered_argument", gold[:last] + [altered] + gold[last + 1:]
     yield "repeated_write", gold[: last + 1] + [gold[last]] + gold[last + 1:]
     yield "dropped_write", gold[:last] + gold[last + 1:]
+
+
+def tau2_reward_info(simulation: SimulationRun, task: Task, domain: str):
+    """tau2's own evaluate_simulation (EvaluationType.ALL), the reference fasteval must match;
+    a module-level function so that tests can run it in worker processes."""
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    return evaluate_simulation(simulation, task, EvaluationType.ALL, False, domain)
