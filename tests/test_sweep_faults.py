@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from omegaconf import OmegaConf
 
 import handoff  # noqa: F401
 from handoff.records import read_shard, read_shard_header
@@ -48,8 +49,8 @@ def sweep(run_dir: Path, *extra: str):
 
 
 def resume(run_dir: Path, *extra: str):
-    overrides = [f"resume={run_dir}", *extra]
-    return run_sweep(compose(overrides), overrides, progress=False)
+    """As `make resume RUN=<run_dir> ARGS=...`: the run's recorded config plus `extra`."""
+    return run_sweep(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}", *extra], progress=False)
 
 
 def result_set(run_dir: Path) -> dict:
@@ -203,7 +204,8 @@ def test_changed_config_refuses_to_resume(baseline, tmp_path):
 
 
 def test_changed_config_refuses_to_resume_from_the_command_line(baseline):
-    proc = subprocess.run([sys.executable, "-m", "handoff.sweep", f"resume={baseline[0]}", "seed=7"],
-                          capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "handoff.sweep", f"resume={baseline[0]}", "seed=7", "engine.script.agent=[hi]"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "refusing to resume" in proc.stderr and "seed: 0 -> 7" in proc.stderr
+    assert "engine.script.agent: [" in proc.stderr
