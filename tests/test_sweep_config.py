@@ -185,3 +185,15 @@ def test_sessions_stick_to_one_replica():
     assert first == [route(s, 4) for s in sessions]  # every turn of a conversation: same replica
     assert set(first) == {0, 1, 2, 3}  # and the conversations spread over all replicas
     assert route("user/m/retail/0/0", 1) == 0
+
+
+def test_engines_must_fit_the_cluster(tmp_path):
+    from handoff.sweep.driver import check_resources
+
+    gpu = validate(compose([f"run_dir={tmp_path}/r", "engine=gpu", "engine.replicas=4", "engine.tensor_parallel_size=2"]))
+    check_resources(gpu, engine_sets=1, cpus=16, gpus=8)
+    with pytest.raises(ConfigError, match=r"engine.replicas: 2 engine set\(s\) x 4 replicas x 2 GPUs"):
+        check_resources(gpu, engine_sets=2, cpus=16, gpus=8)  # a user simulator on its own checkpoint
+    cpu = validate(compose([f"run_dir={tmp_path}/r", "engine.cpus=2"]))
+    with pytest.raises(ConfigError, match="engine.cpus"):
+        check_resources(cpu, engine_sets=1, cpus=2, gpus=0)  # no CPU left for an episode worker
