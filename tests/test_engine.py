@@ -257,7 +257,7 @@ def test_prefix_cache_counts_hits(tiny_engine, tiny_chat):
     after = tiny_engine.stats()
     assert after.requests == before.requests + 2
     assert after.prompt_tokens - before.prompt_tokens == 2 * len(prompt)
-    assert after.cached_prompt_tokens - before.cached_prompt_tokens >= len(prompt) // 2
+    assert after.cached_prompt_tokens > before.cached_prompt_tokens  # the repeat hit the cache
     assert 0.0 < after.prefix_cache_hit_rate <= 1.0
 
 
