@@ -33,6 +33,8 @@ class EpisodeSettings(BaseModel):
     """Limits and the agent's sampling for one episode. The user simulator's sampling belongs to
     its UserSpec (handoff.agent.user), which make_user applies."""
 
+    model_config = ConfigDict(extra="forbid")
+
     max_steps: int = Field(30, gt=0, description="tau2 orchestrator steps (messages)")
     max_errors: int = Field(10, gt=0, description="tool errors before tau2 stops the episode")
     agent_sampling: Sampling = Field(default_factory=lambda: Sampling(max_tokens=256))

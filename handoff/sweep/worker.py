@@ -57,7 +57,7 @@ class EpisodeWorker:
         spec = self._user_spec(user)
         user_sim = self._user(spec, task, user, session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}")
         result = run_episode(ep.domain, task, self._client(agent), self.chat(agent.checkpoint), user_sim,
-                             self._settings(agent.checkpoint, spec), ep.seed, **self._evaluation(ep.domain))
+                             self._settings(agent.checkpoint), ep.seed, **self._evaluation(ep.domain))
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
     def _client(self, ref: EngineRef) -> RayEngineClient:
@@ -79,12 +79,12 @@ class EpisodeWorker:
         return make_user(spec, task, engine=self._client(user), chat=self.chat(user.checkpoint),
                          session_id=session_id)
 
-    def _settings(self, ck: Checkpoint, spec):
+    def _settings(self, ck: Checkpoint):
         from handoff.agent.episode import EpisodeSettings
 
         return EpisodeSettings(
             max_steps=self.cfg.episode.max_steps, max_errors=self.cfg.episode.max_errors,
-            agent_sampling=ck.sampling, user_sampling=spec.sampling,
+            agent_sampling=ck.sampling,
             max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser,
         )
 
