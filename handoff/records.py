@@ -60,22 +60,28 @@ def _body(records: Iterable[EpisodeRecord]) -> bytes:
     return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
 
 
-def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
-    """Write records atomically: the shard exists complete under `path` or not at all."""
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write `data` so that `path` holds either its old or its complete new content, never a part:
+    a temporary file beside it, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = _body(records)
-    header = {"shard_id": shard_id, "n": len(records), "sha256": hashlib.sha256(body).hexdigest()}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(header).encode() + b"\n" + body)
+            f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
+    """Write records atomically: the shard exists complete under `path` or not at all."""
+    body = _body(records)
+    header = {"shard_id": shard_id, "n": len(records), "sha256": hashlib.sha256(body).hexdigest()}
+    write_atomic(path, json.dumps(header).encode() + b"\n" + body)
 
 
 def read_shard_header(path: Path) -> dict:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from handoff.records import write_atomic
 from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_run
 from handoff.report.render import write_report
-from handoff.report.rundir import RunDir, RunDirError, write_atomic
+from handoff.report.rundir import RunDir, RunDirError
 from handoff.report.wandb_log import WandbResult, log_reduction
 
 __all__ = ["ALL", "GroupMetrics", "Reduction", "RunDir", "RunDirError", "WandbResult", "finish_run",

@@ -8,8 +8,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from handoff.records import CorruptShard, EpisodeRecord, read_shard
-from handoff.report.rundir import RunDir, write_atomic
+from handoff.records import CorruptShard, EpisodeRecord, read_shard, write_atomic
+from handoff.report.rundir import RunDir
 from handoff.tasks import get_task
 from handoff.tasks.upstream import tau2_commit
 

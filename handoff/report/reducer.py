@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from handoff.records import CorruptShard, read_shard, read_shard_header
-from handoff.report.rundir import RunDir, RunDirError, write_atomic
+from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
+from handoff.report.rundir import RunDir, RunDirError
 from handoff.report.scoring import ScoredEpisode, Scorer
 from handoff.rules.metrics import Metrics, compute_metrics
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from handoff.records import write_atomic
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.report.rundir import RunDir, write_atomic
+from handoff.report.rundir import RunDir
 from handoff.rules.metrics import Interval
 
 HEADLINE = {

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from functools import cached_property
 from pathlib import Path
 
@@ -56,16 +54,3 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.root / "report"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` so that `path` holds either the old or the complete new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -17,8 +17,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from handoff.records import CorruptShard, EpisodeRecord, read_shard, write_shard
-from handoff.report.rundir import write_atomic
+from handoff.records import (
+    CorruptShard,
+    EpisodeRecord,
+    read_shard,
+    write_atomic,
+    write_shard,
+)
 from handoff.sweep.plan import Shard
 
 MANIFEST = "manifest.json"
