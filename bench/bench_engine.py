@@ -24,7 +24,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import handoff  # noqa: F401
-
 from bench.common import report
 from bench.scripted import model_path
 

@@ -24,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import handoff  # noqa: E402,F401 - prepares tau2's import
 from handoff.records import write_shard  # noqa: E402
 from handoff.report.reducer import reduce_run  # noqa: E402
-from handoff.report.synthetic import Behavior, episode, sample_tasks  # noqa: E402
+from handoff.testing.synthetic import Behavior, episode, sample_tasks  # noqa: E402
 
 TRIALS = 4
 SHARD_SIZE = 500

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import handoff  # noqa: F401
-
 from bench.common import report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,6 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from functools import cache
 
 import handoff  # noqa: F401
-
 from bench.common import report
 
 DOMAINS = ("airline", "retail")
@@ -44,9 +43,8 @@ def _tasks(domain: str) -> dict:
 
 def _warm(_: int = 0) -> int:
     """Worker start-up: imports, tokenizer, scripted engines and database snapshots."""
-    from handoff.fasteval import make_environment
-
     from bench import scripted
+    from handoff.fasteval import make_environment
 
     for name in ("chat", "agent", "user"):
         scripted.shared(name)
@@ -58,10 +56,9 @@ def _warm(_: int = 0) -> int:
 
 
 def _episode(item: tuple[str, str]) -> tuple[str, str, float]:
+    from bench import scripted
     from handoff.agent.episode import run_episode
     from handoff.fasteval import evaluate_simulation, make_environment
-
-    from bench import scripted
 
     domain, task_id = item
     task = _tasks(domain)[task_id]

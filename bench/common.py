@@ -19,9 +19,9 @@ def machine() -> dict:
     except OSError:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    import tau2  # noqa: F401
-
     from importlib.metadata import version
+
+    import tau2  # noqa: F401
 
     return {
         "cpu": cpu,

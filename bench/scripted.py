@@ -70,7 +70,8 @@ def settings():
 
 
 def make_user(task, session_id: str | None = None):
-    from handoff.agent.user import UserSpec, make_user as make
+    from handoff.agent.user import UserSpec
+    from handoff.agent.user import make_user as make
 
     return make(UserSpec(), task, engine=shared("user"), chat=shared("chat"), session_id=session_id)
 

@@ -1,5 +1,5 @@
 """Where each rule comes from: verbatim quotes of the pinned tau2 domain policies (policy.md) and
-toolkit. tests/test_format_and_citations.py checks every quote against the pinned text."""
+toolkit. tests/rules/test_format_and_citations.py checks every quote against the pinned text."""
 
 from __future__ import annotations
 

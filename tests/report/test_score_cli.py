@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from rules_episodes import CANCEL, Episode, authenticated_retail, tau2_results
 
 from handoff.cli import main
+from tests.support.episodes import CANCEL, Episode, authenticated_retail, tau2_results
 
 
 def run(capsys, *argv: str) -> tuple[int, list[dict], str]:

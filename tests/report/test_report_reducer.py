@@ -11,8 +11,8 @@ from handoff.records import read_shard, write_shard
 from handoff.report.reducer import ALL, Reduction, reduce_run
 from handoff.report.rundir import RunDirError
 from handoff.report.scoring import Scorer
-from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
 from handoff.rules.metrics import compute_metrics
+from handoff.testing.synthetic import Behavior, episode, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.9)), "bad": (200, Behavior(correct_handoff=0.3))}
 
@@ -25,11 +25,6 @@ class CountingScorer(Scorer):
     def score(self, record):
         self.scored += 1
         return super().score(record)
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return sample_tasks(2)
 
 
 @pytest.fixture

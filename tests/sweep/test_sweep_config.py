@@ -11,7 +11,14 @@ import pytest
 
 import handoff  # noqa: F401
 from handoff.records import EpisodeRecord
-from handoff.sweep.config import ConfigError, checkpoints, config_hash, parse_step, to_container, validate
+from handoff.sweep.config import (
+    ConfigError,
+    checkpoints,
+    config_hash,
+    parse_step,
+    to_container,
+    validate,
+)
 from handoff.sweep.manifest import ResumeRefused, check_resumable
 from handoff.sweep.plan import Episode, Shard, episode_seed, plan_shards
 from handoff.sweep.run import compose, merge_overrides, run_sweep

@@ -17,8 +17,6 @@ import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
-
-import handoff  # noqa: F401  (prepares the process for tau2)
 from tau2.data_model.message import ToolMessage
 from tau2.data_model.simulation import TerminationReason
 from tau2.evaluator.evaluator import EvaluationType
@@ -26,9 +24,10 @@ from tau2.evaluator.evaluator import evaluate_simulation as tau2_evaluate_simula
 from tau2.registry import registry
 from tau2.utils.utils import get_dict_hash
 
+import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.fasteval import evaluate_simulation, make_environment
 from handoff.fasteval.environments import _spec
-from handoff.fasteval.replay import replay, tau2_reward_info, wrong_write_variants
+from handoff.testing.replay import replay, tau2_reward_info, wrong_write_variants
 
 DOMAINS = ["airline", "retail"]
 WRONG_WRITE_STRIDE = 5

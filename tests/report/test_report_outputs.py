@@ -13,7 +13,7 @@ from handoff.cli import main
 from handoff.records import read_shard, write_shard
 from handoff.report import finish_run, reduce_run
 from handoff.report.render import fmt
-from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
+from handoff.testing.synthetic import Behavior, episode, sample_tasks, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.95)), "bad": (200, Behavior(correct_handoff=0.2))}
 

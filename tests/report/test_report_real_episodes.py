@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent_support import call, run
 from tau2.data_model.simulation import Results
 from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 
 from handoff.records import write_shard
 from handoff.report import finish_run
 from handoff.report.export import export_results
+from tests.support.agent import call, run
 
 TRANSFER = call("transfer_to_human_agents", {"summary": "user wants a human"})
 

@@ -7,16 +7,6 @@ import itertools
 import random
 
 import pytest
-from agent_support import (
-    AIRLINE_USER,
-    call,
-    chat,
-    comparable,
-    kinds,
-    run,
-    scripted,
-    settings,
-)
 from tau2.data_model.message import AssistantMessage
 from tau2.data_model.simulation import TerminationReason
 
@@ -32,6 +22,16 @@ from handoff.records import EpisodeRecord
 from handoff.rules import RewardWeights
 from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
+from tests.support.agent import (
+    AIRLINE_USER,
+    call,
+    chat,
+    comparable,
+    kinds,
+    run,
+    scripted,
+    settings,
+)
 
 LOOKUP = call("get_user_details", {"user_id": AIRLINE_USER})
 USER_OK = ["Hi, I need help with my reservation.", "My user id is mia_li_3668.", "###STOP###"]

@@ -12,7 +12,6 @@ import asyncio
 import math
 
 import pytest
-from agent_support import comparable
 from omegaconf import OmegaConf
 from tau2.data_model.message import AssistantMessage
 
@@ -29,6 +28,7 @@ from handoff.records import EpisodeRecord
 from handoff.rules import RewardWeights
 from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
+from tests.support.agent import comparable
 
 pytestmark = pytest.mark.real_engine
 

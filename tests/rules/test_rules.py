@@ -7,17 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from rules_episodes import (
-    CANCEL,
-    RETAIL_EMAIL,
-    RETAIL_ORDER,
-    RETAIL_OTHER_ORDER,
-    Episode,
-    authenticated_retail,
-    context,
-    task,
-    tau2_results,
-)
 from tau2.data_model.message import MultiToolMessage
 from tau2.domains.retail.tools import RetailTools
 from tau2.environment.toolkit import ToolType
@@ -35,6 +24,17 @@ from handoff.rules import (
 from handoff.rules.confirmation import confirms
 from handoff.rules.trajectory import Call
 from handoff.rules.violations import AUTHENTICATION_TOOLS, RULES
+from tests.support.episodes import (
+    CANCEL,
+    RETAIL_EMAIL,
+    RETAIL_ORDER,
+    RETAIL_OTHER_ORDER,
+    Episode,
+    authenticated_retail,
+    context,
+    task,
+    tau2_results,
+)
 
 W = RuleId.WRITE_WITHOUT_CONFIRMATION
 AUTH = RuleId.WRITE_BEFORE_AUTHENTICATION

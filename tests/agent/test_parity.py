@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_support import AIRLINE_USER, call, chat, comparable, run, scripted
 from omegaconf import OmegaConf
 
 from handoff.agent.finalize import termination_of
@@ -23,6 +22,7 @@ from handoff.engine.scripted import Scripted
 from handoff.rules import RewardWeights
 from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
+from tests.support.agent import AIRLINE_USER, call, chat, comparable, run, scripted
 
 agent_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop")
 from verl.workers.rollout.replica import TokenOutput

@@ -14,7 +14,7 @@ import pytest
 
 import handoff  # noqa: F401
 from handoff.records import read_shard
-from test_sweep_faults import kill_mid_run
+from tests.support.ray import kill_mid_run
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.ray]
 

@@ -11,8 +11,8 @@ from wandb.proto import wandb_internal_pb2 as pb
 
 from handoff.records import write_shard
 from handoff.report import finish_run, reduce_run
-from handoff.report.synthetic import Behavior, episode, sample_tasks, write_run
 from handoff.report.wandb_log import STEP_METRIC, log_reduction, run_id, run_values
+from handoff.testing.synthetic import Behavior, episode, write_run
 
 CHECKPOINTS = {"ckpt-100": (100, Behavior(correct_handoff=0.9)), "ckpt-200": (200, Behavior(correct_handoff=0.5))}
 BLOCK, HEADER = 32768, 7  # LevelDB log format, as wandb-core writes it after its 7-byte file header
@@ -55,11 +55,6 @@ def offline_run(wandb_dir, rid):
         elif kind == "metric":
             out["metrics"].append(record.metric)
     return out
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return sample_tasks(2)
 
 
 @pytest.fixture

@@ -5,42 +5,27 @@ shards recorded while the sweep goes on; resume refused when the config or the l
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from omegaconf import OmegaConf
 
 import handoff  # noqa: F401
-from handoff.records import read_shard, read_shard_header
+from handoff.records import read_shard
 from handoff.sweep.manifest import ResumeRefused
 from handoff.sweep.run import compose, run_sweep
+from tests.support.ray import kill_mid_run
 
 pytestmark = pytest.mark.ray
 
 BASE = ["engine=scripted", "domain=[retail]", "tasks.limit=4", "shard_size=2", "workers.processes=2",
         "workers.threads=1", "max_attempts=3"]
 N_EPISODES = 4
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    tmp = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
-             log_to_driver=False, namespace="handoff")
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sweep(run_dir: Path, *extra: str):
@@ -65,46 +50,6 @@ def result_set(run_dir: Path) -> dict:
             out[r.key] = (r.seed, sim["termination_reason"], sim["reward_info"]["reward"], messages,
                           [e.model_dump(mode="json") for e in r.format_events])
     return out
-
-
-def ray_processes(title: str) -> list[psutil.Process]:
-    """This test's Ray actor processes of one class (children of the cluster it started)."""
-    found = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.cmdline() and p.cmdline()[0].startswith(f"ray::{title}"):
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
-
-
-def recorded(run_dir: Path) -> int:
-    """Finished episodes so far: in partial shards and in complete ones."""
-    partial = sum(1 for p in (run_dir / "partial").glob("*.jsonl") for line in p.read_bytes().splitlines() if line)
-    return partial + sum(read_shard_header(p)["n"] for p in (run_dir / "shards").glob("*.jsonl"))
-
-
-def kill_mid_run(run_dir: Path, plan: list[tuple[int, str]], killed: list, timeout: float = 900) -> threading.Thread:
-    """In the background: for each (n, title) of `plan` in turn, once the run has finished n
-    episodes, SIGKILL every `ray::<title>` process; `killed` gets (episodes done, title, pids)."""
-
-    def watch():
-        deadline = time.monotonic() + timeout
-        for n, title in plan:
-            while time.monotonic() < deadline:
-                done = recorded(run_dir) if run_dir.exists() else 0
-                victims = ray_processes(title) if done >= n else []
-                if victims:
-                    for p in victims:
-                        p.send_signal(signal.SIGKILL)
-                    killed.append((done, title, [p.pid for p in victims]))
-                    break
-                time.sleep(0.2)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
 
 
 @pytest.fixture(scope="module")

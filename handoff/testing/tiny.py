@@ -93,9 +93,10 @@ GREETINGS = ("Hi.", "Hello, I need some help.", "Hi there!", "Good morning.", "H
 @cache
 def domain_tools() -> dict[str, list[dict]]:
     """tau2's airline and retail tools, compacted (see `compact`)."""
-    import handoff  # noqa: F401  (quiet tau2's imports)
     from tau2.domains.airline.environment import get_environment as airline
     from tau2.domains.retail.environment import get_environment as retail
+
+    import handoff  # noqa: F401  (quiet tau2's imports)
 
     return {
         name: [compact(tool.openai_schema) for tool in env().get_tools()]

@@ -20,12 +20,31 @@ from tau2.utils.utils import get_now
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.cli import main as cli_main
 from handoff.rules.label import Label
-from handoff.tasks import DOMAINS, get_task, load_tasks, manifest_hashes, parse_derived_id, paths, split_of
+from handoff.tasks import (
+    DOMAINS,
+    get_task,
+    load_tasks,
+    manifest_hashes,
+    parse_derived_id,
+    paths,
+    split_of,
+)
 from handoff.tasks.derive import ASKS_FOR_HUMAN, COUNTS, KINDS
-from handoff.tasks.labels import ManifestError, Override, apply_override, load_labels, read_overrides
+from handoff.tasks.labels import (
+    ManifestError,
+    Override,
+    apply_override,
+    load_labels,
+    read_overrides,
+)
 from handoff.tasks.manifests import check, render
 from handoff.tasks.out_of_scope import CATALOG
-from handoff.tasks.upstream import TRANSFER_TOOL, has_gold_transfer, upstream_splits, write_tools
+from handoff.tasks.upstream import (
+    TRANSFER_TOOL,
+    has_gold_transfer,
+    upstream_splits,
+    write_tools,
+)
 
 ROOT = paths.REPO_ROOT
 MIN_COUNT = {"airline": 20, "retail": 30}

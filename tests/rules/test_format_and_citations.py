@@ -4,7 +4,6 @@ and each rule's policy basis checked verbatim against the pinned tau2 policy tex
 from __future__ import annotations
 
 import pytest
-from rules_episodes import CANCEL, RETAIL_ORDER, Episode, authenticated_retail, context
 from tau2.domains.airline.tools import AirlineTools
 from tau2.domains.airline.utils import AIRLINE_POLICY_PATH
 from tau2.domains.retail.tools import RetailTools
@@ -12,6 +11,13 @@ from tau2.domains.retail.utils import RETAIL_POLICY_PATH
 
 from handoff.rules import FormatEvent, FormatKind, RuleId, format_errors
 from handoff.rules.basis import RULE_BASIS, TRANSFER_BASIS
+from tests.support.episodes import (
+    CANCEL,
+    RETAIL_ORDER,
+    Episode,
+    authenticated_retail,
+    context,
+)
 
 K = FormatKind
 HERMES_CALL = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W8835847"\n</tool_call>'

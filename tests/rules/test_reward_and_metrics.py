@@ -4,14 +4,6 @@ against tau2's own pass^k."""
 from __future__ import annotations
 
 import pytest
-from rules_episodes import (
-    CANCEL,
-    RETAIL_ORDER,
-    Episode,
-    authenticated_retail,
-    context,
-    tau2_results,
-)
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.metrics.agent_metrics import compute_metrics as tau2_compute_metrics
 
@@ -25,6 +17,14 @@ from handoff.rules import (
 )
 from handoff.rules.metrics import compute_metrics, paired_difference, wilson
 from handoff.rules.score import EpisodeScore
+from tests.support.episodes import (
+    CANCEL,
+    RETAIL_ORDER,
+    Episode,
+    authenticated_retail,
+    context,
+    tau2_results,
+)
 
 SHOULD = Label(should_transfer=True, rule="gold_transfer_action")
 SHOULD_NOT = Label(should_transfer=False, rule="no_transfer")

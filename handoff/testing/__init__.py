@@ -1,0 +1,7 @@
+"""Test fixtures that bench/, tests/ and the tiny-model build share; the pipeline never imports them.
+
+- `synthetic`: run directories of synthetic episodes (real tau2 messages) for reducer, report and
+  W&B tests and the reducer benchmark.
+- `replay`: gold-action replays of tau2 tasks and wrong-write variants (fasteval equality, bench).
+- `tiny`: the tiny-hermes model's training data and trainer (`python -m handoff.engine.models tiny`).
+"""

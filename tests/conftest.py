@@ -1,0 +1,35 @@
+"""Shared by every test: the process is prepared for tau2 (importing `handoff` does it) and the
+fixtures more than one test module uses. Test helpers live in `tests/support/`; fixtures that bench/
+and the tiny-model build also need live in `handoff.testing`."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+
+import handoff  # noqa: F401  (litellm's local cost map, quiet loguru: before tau2 is imported)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for one module: 2 CPUs, a small object store, a short temp dir (AF_UNIX
+    paths over 107 bytes fail), shut down afterwards. Never `ray stop`: it kills every Ray on the
+    machine."""
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
+             log_to_driver=False, namespace="handoff")
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    """Two labelled airline and retail tasks of every rule, for synthetic runs."""
+    from handoff.testing.synthetic import sample_tasks
+
+    return sample_tasks(2)
