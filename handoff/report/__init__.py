@@ -30,25 +30,28 @@ def _as_dict(cfg) -> dict:
 def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, Path]:
     """Reduce the run (written to reduced/ before anything else), log it to W&B, write the report.
 
-    `cfg` is the resolved sweep config (dict or OmegaConf); default: the run's manifest. W&B
-    failures are printed and written to wandb/errors.txt, never raised. Returns the paths of
-    metrics.json, the per-shard scores, the W&B run directories (`wandb sync <path>/offline-run-*`)
-    and the report files."""
+    `cfg` is the resolved sweep config (dict or OmegaConf); default: the run's manifest. W&B settings
+    come from its `logger`, else W&B's variables (docs/reports.md); W&B failures are printed and
+    written to wandb/errors.txt, never raised. Returns the paths of metrics.json, the per-shard
+    scores, the W&B run directories (`wandb sync <path>/offline-run-*`) and the report files."""
     run = RunDir(run_dir)
     reduction = reduce_run(run.root)
     paths = {"metrics": run.reduced / "metrics.json", "scores": run.reduced / "scores"}
     logger_cfg = (_as_dict(cfg) or run.config).get("logger") or {}
-    if logger_cfg.get("mode") != "disabled":
-        result = log_reduction(run.root, reduction, logger_cfg)
+    result = log_reduction(run.root, reduction, logger_cfg)
+    if result.mode != "disabled":
         paths["wandb"] = result.dir
-        errors = run.wandb / "errors.txt"
-        if result.errors:
-            write_atomic(errors, "\n".join(result.errors) + "\n")
-            paths["wandb_errors"] = errors
-            print(f"handoff: W&B logging failed for {len(result.errors)} run(s), results are safe in "
-                  f"{paths['metrics']}; see {errors}", file=sys.stderr)
-        else:
-            errors.unlink(missing_ok=True)
+    errors = run.wandb / "errors.txt"
+    if result.errors:
+        write_atomic(errors, "\n".join(result.errors) + "\n")
+        paths["wandb_errors"] = errors
+        print(f"handoff: W&B logging failed for {len(result.errors)} run(s), results are safe in "
+              f"{paths['metrics']}; see {errors}", file=sys.stderr)
+    else:
+        errors.unlink(missing_ok=True)
+    if result.held_back:
+        print("handoff: not in W&B until the checkpoint before them is complete (resume the sweep): "
+              + "; ".join(result.held_back), file=sys.stderr)
     if report:
         paths.update(write_report(run.root, reduction))
     return paths

@@ -9,7 +9,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from handoff.report.reducer import reduce_run
-from handoff.report.rundir import RunDirError
+from handoff.report.rundir import RunDir, RunDirError
+from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
 from handoff.rules import EpisodeScore
 from handoff.rules.metrics import Difference, PairedComparison, paired_difference
 
@@ -17,7 +18,9 @@ from handoff.rules.metrics import Difference, PairedComparison, paired_differenc
 class Side(BaseModel):
     run_dir: Path
     checkpoint: str
+    step: int
     domain: str | None = None
+    wandb_runs: list[str] = []  # ENTITY/PROJECT/runs/ID of the side's (sweep, domain) W&B runs
 
     @property
     def label(self) -> str:
@@ -27,6 +30,8 @@ class Side(BaseModel):
 class Comparison(BaseModel):
     a: str
     b: str
+    side_a: Side
+    side_b: Side
     result: PairedComparison
     significant: dict[str, bool]
 
@@ -48,14 +53,27 @@ def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None)
     scores = [e.score for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
     if not scores:
         raise RunDirError(f"{run_dir}: checkpoint {checkpoint!r} has no episodes in domain {domain!r}")
-    return Side(run_dir=Path(run_dir), checkpoint=checkpoint, domain=domain), scores
+    step = next(e.step for e in episodes if e.model == checkpoint)
+    domains = [domain] if domain else sorted({e.score.domain for e in episodes if e.model == checkpoint})
+    side = Side(run_dir=Path(run_dir), checkpoint=checkpoint, step=step, domain=domain,
+                wandb_runs=wandb_runs(RunDir(run_dir), domains))
+    return side, scores
+
+
+def wandb_runs(run: RunDir, domains: list[str]) -> list[str]:
+    """Where the W&B runs of these domains are (with the logger settings the run was logged with)."""
+    try:
+        target = resolve_target(run.config.get("logger") or {}, run.root)
+    except WandbError:
+        return []
+    return [target.path(run_id(run, d)) for d in domains]
 
 
 def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore]]) -> Comparison:
     result = paired_difference(a[1], b[1])
     if result.n_tasks == 0:
         raise RunDirError(f"{a[0].label} and {b[0].label} have no task in common")
-    return Comparison(a=a[0].label, b=b[0].label, result=result,
+    return Comparison(a=a[0].label, b=b[0].label, side_a=a[0], side_b=b[0], result=result,
                       significant={name: significant(d) for name, d in result.metrics.items()})
 
 
@@ -74,4 +92,8 @@ def format_table(cmp: Comparison) -> str:
         interval = f"[{_num(d.lo)}, {_num(d.hi)}]"
         lines.append(f"{name:34} {a:>9} {b:>9} {_num(d.diff):>9}  {interval:>21}  "
                      f"{'yes' if cmp.significant[name] else 'no'}")
+    lines.append("")
+    for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
+        runs = ", ".join(side.wandb_runs) or "(no W&B run)"
+        lines.append(f"W&B {tag}: {runs} at {STEP_METRIC} = {side.step} ({side.checkpoint})")
     return "\n".join(lines)

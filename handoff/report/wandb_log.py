@@ -1,169 +1,329 @@
-"""W&B logging of a reduced run: one W&B run per (checkpoint, domain), grouped by sweep.
+"""W&B logging of a reduced run (layout and reasons: docs/reports.md, "W&B").
 
-Offline by default: files go to <run_dir>/wandb and `wandb sync <run_dir>/wandb/wandb/offline-run-*`
-uploads them later. Online when WANDB_API_KEY is set (or `mode` says so). Run ids are derived from
-the run directory, checkpoint and domain, and runs are opened with resume="allow", so logging a
-resumed sweep updates the same W&B runs. The reducer's files are written before anything is
-logged, and a logging failure is returned as an error message, never raised: results are not lost
-when the server cannot be reached (the run is then written offline instead).
+One W&B run per (sweep, domain) whose history holds one row per checkpoint, in increasing
+checkpoint step, drawn against `checkpoint/step` (define_metric). W&B's history is append-only (it
+refuses a step lower than the current one), so a row is logged only once its place is final: the
+checkpoint and every checkpoint before it in step order have all their planned shards. Later
+checkpoints are held back until a resume finishes the missing ones. Each logging appends only the
+rows not logged before (wandb/logged.json records them), at `_step` = the row's index, so a sweep
+that failed and was resumed ends with the same history as one that never failed. Offline, each
+logging that has new rows writes one more offline run with the same id (resume="allow"), its
+directory named after the rows it holds, so two never collide; `wandb sync` uploads them in order.
+
+`logger.training_run=ENTITY/PROJECT/RUN_ID` also appends the rows to an existing training run
+under `eval/<domain>/...`, drawn against `eval/step` (= the checkpoint's training step).
+
+Settings follow W&B's conventions: a value in the sweep config's `logger` wins, else WANDB_MODE,
+WANDB_PROJECT, WANDB_ENTITY, WANDB_DIR, else offline / "handoff" / the default entity / the run
+directory. Logging failures are returned, never raised: the reducer's files are written first, and
+an unreachable server makes that run and the following ones be written offline instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import json
 import os
 import re
-from collections import defaultdict
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from handoff.report.reducer import ALL, Reduction
+from handoff.records import write_atomic
+from handoff.report.reducer import Reduction
 from handoff.report.rundir import RunDir
+from handoff.rules.metrics import Interval, Metrics
 
 STEP_METRIC = "checkpoint/step"
-TABLE_COLUMNS = ["task_id", "trial", "rule", "should_transfer", "transferred", "reward",
-                 "tau2_reward", "violations", "format_errors", "termination", "turns"]
+TRAINING_STEP_METRIC = "eval/step"
+BEST = "best"
+TABLE_COLUMNS = ["checkpoint", "step", "domain", "task_id", "trial", "rule", "should_transfer", "transferred",
+                 "reward", "tau2_reward", "violations", "format_errors", "termination", "turns"]
+MODES = {"online": "online", "offline": "offline", "disabled": "disabled", "run": "online", "dryrun": "offline"}
+
+
+class WandbError(ValueError):
+    """A logger setting W&B cannot use (it names the key)."""
+
+
+class Target(BaseModel):
+    """Where the runs go, after the sweep config and W&B's environment variables are applied."""
+
+    mode: str
+    project: str
+    entity: str | None
+    dir: Path
+
+    def path(self, run_id: str) -> str:
+        return f"{self.entity or '<your entity>'}/{self.project}/runs/{run_id}"
 
 
 class WandbResult(BaseModel):
-    dir: Path = Field(description="where the W&B run directories are: `wandb sync DIR/offline-run-*`")
+    dir: Path = Field(description="where the offline run directories are: `wandb sync DIR/offline-run-*`")
     run_ids: list[str] = Field(default_factory=list)
     mode: str = "offline"
+    logged_rows: int = 0
+    held_back: list[str] = Field(default_factory=list, description="checkpoints waiting for an earlier one")
     errors: list[str] = Field(default_factory=list)
 
 
-def run_id(run_dir: Path, model: str, domain: str) -> str:
-    """Deterministic W&B run id for one (checkpoint, domain) of a run directory."""
-    ident = f"{Path(run_dir).resolve().name}|{model}|{domain}"
-    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{model}-{domain}")[:40]
-    return f"{slug}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+class Row(BaseModel):
+    """One history row: a checkpoint of one domain."""
+
+    checkpoint: str
+    step: int
+    values: dict[str, float]
 
 
-def flatten(tree, prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of nested dicts/lists as {"a/b/0": value}; strings and None are dropped."""
-    if isinstance(tree, dict):
-        items = tree.items()
-    elif isinstance(tree, (list, tuple)):
-        items = enumerate(tree)
-    elif isinstance(tree, (int, float)):
-        return {prefix: float(tree)}
-    else:
+def resolve_target(logger_cfg: dict, run_dir: Path) -> Target:
+    """The sweep config's value, else W&B's environment variable, else offline / handoff / the run dir."""
+    env = os.environ
+    raw = logger_cfg.get("mode") or env.get("WANDB_MODE") or "offline"
+    if raw not in MODES:
+        source = "logger.mode" if logger_cfg.get("mode") else "WANDB_MODE"
+        raise WandbError(f"{source}={raw!r}: expected one of {', '.join(MODES)}")
+    return Target(mode=MODES[raw], project=logger_cfg.get("project") or env.get("WANDB_PROJECT") or "handoff",
+                  entity=logger_cfg.get("entity") or env.get("WANDB_ENTITY") or None,
+                  dir=Path(logger_cfg.get("dir") or env.get("WANDB_DIR") or run_dir))
+
+
+def run_uuid(run: RunDir) -> str:
+    """The manifest's run_uuid; for a run written before it existed, the manifest's own hash
+    (the manifest is written once per run directory and kept across resumes)."""
+    return run.manifest.get("run_uuid") or hashlib.sha256((run.root / "manifest.json").read_bytes()).hexdigest()
+
+
+def run_id(run: RunDir, domain: str) -> str:
+    """The W&B run id of one (sweep, domain): unique per run directory, stable across its resumes."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{run.name}-{domain}")[:40]
+    return f"{slug}-{hashlib.sha256(f'{run_uuid(run)}|{domain}'.encode()).hexdigest()[:12]}"
+
+
+def run_name(run: RunDir, domain: str) -> str:
+    """Name and group of a (sweep, domain) run: the run directory's name (by default the sweep name
+    and its start time, so two sweeps draw two lines) and the domain (a group never mixes domains)."""
+    return f"{run.root.resolve().name}/{domain}"
+
+
+def _put(out: dict, key: str, iv: Interval) -> None:
+    if iv.value is not None:
+        out[key] = iv.value
+    for bound in ("lo", "hi"):
+        if getattr(iv, bound) is not None:
+            out[f"ci95/{key}/{bound}"] = getattr(iv, bound)
+
+
+def metric_values(m: Metrics) -> dict[str, float]:
+    """A history row's metrics: the value of each as `<name>`, its 95% interval as `ci95/<name>/lo|hi`."""
+    out: dict[str, float] = {"n_episodes": float(m.n_episodes), "n_tasks": float(m.n_tasks)}
+    for name in ("precision", "recall", "f1", "accuracy"):
+        _put(out, f"handoff/{name}", getattr(m.handoff, name))
+    for prefix, ivs in (("transfer_rate", m.transfer_rate_by_rule), ("violation_rate", m.violation_rate),
+                        ("format_errors_per_100_turns", m.format_errors_per_100_turns),
+                        ("termination", m.termination)):
+        for key, iv in ivs.items():
+            _put(out, f"{prefix}/{key}", iv)
+    if len(m.pass_hat_k) > 1:  # pass^1 is tau2_success; pass^k only says more with several trials
+        for k, iv in m.pass_hat_k.items():
+            _put(out, f"pass_hat_k/{k}", iv)
+    for name in ("tau2_reward", "tau2_success", "reward", "assistant_turns", "completion_tokens"):
+        _put(out, name, getattr(m, name))
+    return out
+
+
+def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], dict[tuple[str, str], set[str]]]:
+    """The checkpoints in step order, and the shard ids planned per (checkpoint, domain); a run
+    without a recorded plan (synthetic runs) has what its shards hold."""
+    ckpts = [(c["name"], c["step"]) for c in run.manifest.get("checkpoints", [])] or reduction.checkpoints()
+    plan: dict[tuple[str, str], set[str]] = {}
+    for shard in run.manifest.get("shards", []):
+        plan.setdefault((shard["model"], shard["domain"]), set()).add(shard["id"])
+    return sorted(ckpts, key=lambda c: (c[1], c[0])), plan
+
+
+def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row], list[str]]:
+    """The rows of one domain whose place in the history is final, and the checkpoints held back."""
+    ckpts, plan = _planned(run, reduction)
+    done = set(reduction.shards)
+    groups = {g.model: g for g in reduction.slices() if g.domain == domain}
+    rows: list[Row] = []
+    for i, (name, step) in enumerate(ckpts):
+        planned = plan.get((name, domain))
+        complete = name in groups and (planned is None or planned <= done)
+        if not complete:
+            return rows, [f"{domain}: {c} (waits for {name})" for c, _ in ckpts[i + 1:] if c in groups]
+        rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),
+                                                            STEP_METRIC: float(step)}))
+    return rows, []
+
+
+def best_of(rows: list[Row]) -> dict:
+    """The best checkpoint by the ADR-004 reward (the earliest on a tie)."""
+    scored = [r for r in rows if "reward" in r.values]
+    if not scored:
         return {}
-    flat = {}
-    for key, value in items:
-        flat.update(flatten(value, f"{prefix}/{key}" if prefix else str(key)))
-    return flat
-
-
-def run_values(reduction: Reduction, model: str, domain: str) -> dict[str, float]:
-    """What one W&B run logs and keeps as summary: the slice's metrics and each rule's."""
-    values = flatten(reduction.group(model, domain).metrics.model_dump(mode="json"))
-    for g in reduction.groups:
-        if (g.model, g.domain) == (model, domain) and g.rule != ALL:
-            values.update(flatten(g.metrics.model_dump(mode="json"), f"rule/{g.rule}"))
-    values[STEP_METRIC] = float(reduction.group(model, domain).step)
-    return values
+    best = max(scored, key=lambda r: (r.values["reward"], -r.step))
+    return {f"{BEST}/checkpoint": best.checkpoint, f"{BEST}/step": best.step, f"{BEST}/reward": best.values["reward"]}
 
 
 def _value(x) -> str:
     return str(getattr(x, "value", x))
 
 
-def episode_rows(reduction: Reduction) -> dict[tuple[str, str], list[list]]:
-    """The per-episode table (TABLE_COLUMNS) of every (checkpoint, domain)."""
-    rows = defaultdict(list)
+def episode_rows(reduction: Reduction, checkpoint: str, domain: str) -> list[list]:
+    """The episode table (TABLE_COLUMNS) of one checkpoint and domain."""
+    out = []
     for ep in reduction.episodes:
         s = ep.score
-        rows[(ep.model, s.domain)].append([
-            s.task_id, ep.trial, s.label.rule, s.label.should_transfer, s.transferred, s.reward,
-            s.tau2_reward, ",".join(_value(v.rule) for v in s.violations),
-            ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
-            s.n_assistant_turns])
-    return rows
+        if (ep.model, s.domain) == (checkpoint, domain):
+            out.append([ep.model, ep.step, s.domain, s.task_id, ep.trial, s.label.rule, s.label.should_transfer,
+                        s.transferred, s.reward, s.tau2_reward, ",".join(_value(v.rule) for v in s.violations),
+                        ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
+                        s.n_assistant_turns])
+    return out
 
 
-@contextlib.contextmanager
-def _wandb_env(wandb_dir: Path):
-    """W&B's directories inside the run directory, for the duration of the logging only."""
-    dirs = {"WANDB_DIR": wandb_dir, "WANDB_CONFIG_DIR": wandb_dir / "config",
-            "WANDB_CACHE_DIR": wandb_dir / "cache", "WANDB_DATA_DIR": wandb_dir / "data"}
-    env = {**{k: str(v) for k, v in dirs.items()}, "WANDB_SILENT": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    for path in dirs.values():
-        path.mkdir(parents=True, exist_ok=True)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+class _State:
+    """wandb/logged.json: the rows (checkpoint, step) already logged into each W&B run id."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: dict[str, list[list]] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def logged(self, rid: str) -> list[tuple[str, int]]:
+        return [tuple(r) for r in self.rows.get(rid, [])]
+
+    def record(self, rid: str, rows: list[tuple[str, int]]) -> None:
+        self.rows[rid] = [list(r) for r in rows]
+        write_atomic(self.path, json.dumps(self.rows, indent=1, sort_keys=True) + "\n")
 
 
-def _log_one(reduction: Reduction, run: RunDir, model: str, domain: str, rows: list[list], mode: str,
-             logger_cfg: dict) -> str:
+def _settings(wandb, logger_cfg: dict, first_step: int):
+    # The offline directory is named after the first row it holds: unique per run id, and in order.
+    return wandb.Settings(console="off", x_disable_stats=True, x_sync_dir_suffix=f"from{first_step}",
+                          init_timeout=logger_cfg.get("init_timeout_s", 60))
+
+
+def _log_eval_run(reduction: Reduction, run: RunDir, domain: str, rows: list[Row], start: int,
+                  target: Target, logger_cfg: dict, mode: str) -> None:
+    """Append rows[start:] to the W&B run of (sweep, domain) at _step = their index."""
     import wandb
 
-    step = reduction.group(model, domain).step
-    rid = run_id(run.root, model, domain)
-    config = {**run.config, "eval": {"checkpoint": model, "step": step, "domain": domain, "run_dir": str(run.root)}}
+    config = {**run.config, "eval": {"domain": domain, "run_dir": str(run.root), "run_uuid": run_uuid(run)}}
     wb = wandb.init(
-        project=logger_cfg.get("project", "handoff"), entity=logger_cfg.get("entity"),
-        group=reduction.run, job_type="eval", name=f"{model}/{domain}", id=rid, resume="allow",
-        tags=[reduction.run, model, domain, *logger_cfg.get("tags", [])], config=config,
-        dir=str(run.wandb), mode=mode, reinit="create_new",
-        settings=wandb.Settings(console="off", x_disable_stats=True,
-                                init_timeout=logger_cfg.get("init_timeout_s", 60)),
-    )
+        project=target.project, entity=target.entity, dir=str(target.dir), mode=mode,
+        id=run_id(run, domain), resume="allow", name=run_name(run, domain), group=run_name(run, domain),
+        job_type="eval", tags=[run.name, domain, *logger_cfg.get("tags", [])], config=config,
+        reinit="create_new", settings=_settings(wandb, logger_cfg, start))
     try:
         wb.define_metric(STEP_METRIC)
         wb.define_metric("*", step_metric=STEP_METRIC)
-        values = run_values(reduction, model, domain)
-        table = wandb.Table(columns=TABLE_COLUMNS, data=rows)
-        wb.log({**values, "episodes": table})
-        wb.summary.update(values)
+        for index, row in enumerate(rows[start:], start):
+            table = wandb.Table(columns=TABLE_COLUMNS, data=episode_rows(reduction, row.checkpoint, domain))
+            wb.log({**row.values, "episodes": table}, step=index)
+        wb.summary.update(best_of(rows))
     finally:
         wb.finish()
-    return rid
 
 
-def _error(g, mode: str, exc: Exception) -> str:
+def _log_training_run(new: list[tuple[str, Row]], target: Target, logger_cfg: dict, start: int, mode: str) -> None:
+    """Append the new rows to an existing training run as eval/<domain>/<metric>, against eval/step
+    (the training run's own step is past the checkpoints already: W&B refuses lower steps)."""
+    import wandb
+
+    entity, project, rid = _training_run(logger_cfg)
+    wb = wandb.init(project=project, entity=entity, id=rid, dir=str(target.dir), mode=mode,
+                    resume="allow" if mode == "offline" else "must", reinit="create_new",
+                    settings=_settings(wandb, logger_cfg, start))
+    try:
+        wb.define_metric(TRAINING_STEP_METRIC)
+        wb.define_metric("eval/*", step_metric=TRAINING_STEP_METRIC)
+        for domain, row in new:
+            values = {f"eval/{domain}/{k}": v for k, v in row.values.items() if k != STEP_METRIC}
+            wb.log({**values, TRAINING_STEP_METRIC: row.step})
+    finally:
+        wb.finish()
+
+
+def _training_run(logger_cfg: dict) -> tuple[str, str, str]:
+    parts = str(logger_cfg["training_run"]).split("/")
+    if len(parts) != 3 or not all(parts):
+        raise WandbError(f"logger.training_run={logger_cfg['training_run']!r}: expected ENTITY/PROJECT/RUN_ID")
+    return parts[0], parts[1], parts[2]
+
+
+def _error(what: str, mode: str, exc: Exception) -> str:
     message = " ".join(str(exc).split())
-    return f"{g.model}/{g.domain} ({mode}): {type(exc).__name__}: {message}"
+    return f"{what} ({mode}): {type(exc).__name__}: {message}"
 
 
-def resolve_mode(logger_cfg: dict) -> str:
-    """online when a W&B key is configured or the config asks for it, else offline."""
-    if logger_cfg.get("mode") == "online" or os.environ.get("WANDB_API_KEY"):
-        return "online"
-    return "offline"
+class _Logger:
+    """Runs each logging call online first when asked; once one fails, it and the rest go offline."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.errors: list[str] = []
+
+    def __call__(self, what: str, log, *args) -> bool:
+        try:
+            log(*args, mode=self.mode)
+            return True
+        except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
+            self.errors.append(_error(what, self.mode, exc))
+        if self.mode == "offline":
+            return False
+        import wandb
+
+        wandb.teardown()  # frees the run id the failed online run still holds
+        self.mode = "offline"
+        return self(what, log, *args)
 
 
 def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | None = None) -> WandbResult:
-    """Log every (checkpoint, domain) of the reduction. When the server cannot be reached, that
-    run and all the following ones are written offline instead; failures are returned in `errors`."""
+    """Append every (sweep, domain) run's new final rows, and the training run's when configured."""
     run, logger_cfg = RunDir(run_dir), dict(logger_cfg or {})
-    result = WandbResult(dir=run.wandb / "wandb", mode=resolve_mode(logger_cfg))
-    mode, rows = result.mode, episode_rows(reduction)
-    with _wandb_env(run.wandb):
-        for g in reduction.slices():
-            args = (reduction, run, g.model, g.domain, rows[(g.model, g.domain)])
-            try:
-                result.run_ids.append(_log_one(*args, mode, logger_cfg))
-                continue
-            except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
-                result.errors.append(_error(g, mode, exc))
-            if mode != "offline":
-                import wandb
-
-                wandb.teardown()  # frees the run id the failed online run still holds
-                mode = "offline"
-                try:
-                    result.run_ids.append(_log_one(*args, mode, logger_cfg))
-                except Exception as exc:  # noqa: BLE001
-                    result.errors.append(_error(g, mode, exc))
+    try:
+        target = resolve_target(logger_cfg, run.root)
+    except WandbError as exc:
+        return WandbResult(dir=run.root / "wandb", mode="invalid", errors=[str(exc)])
+    result = WandbResult(dir=target.dir / "wandb", mode=target.mode)
+    if target.mode == "disabled":
+        return result
+    state, logger = _State(run.wandb / "logged.json"), _Logger(target.mode)
+    os.environ.setdefault("WANDB_SILENT", "true")
+    final = {}
+    for domain in reduction.domains():
+        rows, held = final_rows(run, reduction, domain)
+        final[domain], result.held_back = rows, result.held_back + held
+        rid = run_id(run, domain)
+        result.run_ids.append(rid)
+        start = len(state.logged(rid))
+        if rows[:start] and [(r.checkpoint, r.step) for r in rows[:start]] != state.logged(rid):
+            result.errors.append(f"{rid}: W&B already holds checkpoints {state.logged(rid)}, which no longer "
+                                 "lead this run's history; W&B cannot rewrite them")
+            continue
+        if len(rows) <= start:
+            continue
+        if logger(f"{run.name}/{domain}", _log_eval_run, reduction, run, domain, rows, start, target, logger_cfg):
+            state.record(rid, [(r.checkpoint, r.step) for r in rows])
+            result.logged_rows += len(rows) - start
+    if logger_cfg.get("training_run"):
+        _log_into_training_run(final, target, logger, logger_cfg, state, result)
+    result.errors += logger.errors
+    result.mode = logger.mode
     return result
+
+
+def _log_into_training_run(final: dict[str, list[Row]], target: Target, logger: _Logger, logger_cfg: dict,
+                           state: _State, result: WandbResult) -> None:
+    """The final rows of every domain not yet in the training run, in step order."""
+    try:
+        key = "training:" + "/".join(_training_run(logger_cfg))
+    except WandbError as exc:
+        result.errors.append(str(exc))
+        return
+    logged = state.logged(key)
+    new = sorted(((d, r) for d, rows in final.items() for r in rows if (f"{d}/{r.checkpoint}", r.step) not in logged),
+                 key=lambda d_r: (d_r[1].step, d_r[0]))
+    if new and logger(logger_cfg["training_run"], _log_training_run, new, target, logger_cfg, len(logged)):
+        state.record(key, logged + [(f"{d}/{r.checkpoint}", r.step) for d, r in new])

@@ -124,10 +124,16 @@ class ClusterConfig(Strict):
 
 
 class LoggerConfig(Strict):
-    mode: Literal["offline", "online", "disabled"] = "offline"
-    project: str = "handoff"
+    """W&B (docs/reports.md). Unset values come from WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY and
+    WANDB_DIR, else offline, "handoff", the default entity and the run directory."""
+
+    mode: Literal["offline", "online", "disabled"] | None = None
+    project: str | None = None
     entity: str | None = None
+    dir: str | None = None
     tags: list[str] = Field(default_factory=list)
+    training_run: str | None = Field(None, pattern=r"^[^/]+/[^/]+/[^/]+$")
+    init_timeout_s: float = Field(60, gt=0)
 
 
 class TasksConfig(Strict):

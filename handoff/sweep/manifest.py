@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from importlib.metadata import version
 
 from handoff.sweep.config import Checkpoint, SweepConfig, config_hash, diff, result_config
@@ -27,6 +28,7 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
 
     return {
         "name": sweep.name,
+        "run_uuid": uuid.uuid4().hex,  # written once per run directory; resumes keep it
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": data,
         "config_hash": config_hash(data),

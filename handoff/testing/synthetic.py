@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -107,19 +108,24 @@ def episode(model: str, step: int, domain: str, task_id: str, trial: int, behavi
 
 def write_run(run_dir: Path, checkpoints: dict[str, tuple[int, Behavior]], tasks: dict[str, list[str]],
               trials: int = 1, shard_size: int = 50, name: str = "synthetic") -> Path:
-    """A run directory with manifest.json and shards/ for every (checkpoint, domain, task, trial)."""
+    """A run directory with manifest.json (run_uuid, checkpoints, shard plan) and shards/ for every
+    (checkpoint, domain, task, trial)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {"name": name, "trials": trials, "seed": 0, "episode": {"max_steps": 30, "max_errors": 4},
               "model": {m: {"name": m, "step": step} for m, (step, _) in checkpoints.items()},
               "domain": {d: {"name": d} for d in tasks}}
-    (run_dir / "manifest.json").write_text(json.dumps({"name": name, "config": config}, indent=1))
+    plan = []
     for model, (step, behavior) in checkpoints.items():
         for domain, task_ids in tasks.items():
             records = [episode(model, step, domain, t, k, behavior) for t in task_ids for k in range(trials)]
             for start in range(0, len(records), shard_size):
                 shard_id = f"{model}-{domain}-{start // shard_size:05d}"
                 write_shard(run_dir / "shards" / f"{shard_id}.jsonl", shard_id, records[start:start + shard_size])
+                plan.append({"id": shard_id, "model": model, "domain": domain})
+    manifest = {"name": name, "run_uuid": uuid.uuid4().hex, "config": config, "shards": plan,
+                "checkpoints": [{"name": m, "step": step} for m, (step, _) in checkpoints.items()]}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return run_dir
 
 

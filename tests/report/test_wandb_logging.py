@@ -1,21 +1,37 @@
-"""W&B logging, checked by reading back the offline files W&B itself wrote (the run's .wandb
+"""W&B logging, checked by reading back the offline files W&B itself wrote (each offline run's .wandb
 transaction log, protobuf records of wandb's own schema, and the table files)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 
 import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
-from handoff.records import write_shard
 from handoff.report import finish_run, reduce_run
-from handoff.report.wandb_log import STEP_METRIC, log_reduction, run_id, run_values
-from handoff.testing.synthetic import Behavior, episode, write_run
+from handoff.report.compare import compare, format_table, side_scores
+from handoff.report.rundir import RunDir
+from handoff.report.wandb_log import (
+    STEP_METRIC,
+    TABLE_COLUMNS,
+    TRAINING_STEP_METRIC,
+    WandbError,
+    log_reduction,
+    metric_values,
+    resolve_target,
+    run_id,
+    run_name,
+)
+from handoff.testing.synthetic import Behavior, write_run
 
-CHECKPOINTS = {"ckpt-100": (100, Behavior(correct_handoff=0.9)), "ckpt-200": (200, Behavior(correct_handoff=0.5))}
+CHECKPOINTS = {"ckpt-100": (100, Behavior(correct_handoff=0.9, success=0.3)),
+               "ckpt-200": (200, Behavior(correct_handoff=0.5, success=0.8)),
+               "ckpt-300": (300, Behavior(correct_handoff=0.7, success=0.5))}
+STEPS = [100, 200, 300]
 BLOCK, HEADER = 32768, 7  # LevelDB log format, as wandb-core writes it after its 7-byte file header
+VOLATILE = ("_runtime", "_timestamp", "episodes/")  # wall-clock values, and the table file's reference
 
 
 def wandb_records(path):
@@ -37,77 +53,134 @@ def wandb_records(path):
             chunks = b""
 
 
-def offline_run(wandb_dir, rid):
-    """What the latest offline W&B run with this id holds: run record, summary, history, metrics."""
-    dirs = sorted((wandb_dir / "wandb").glob(f"offline-run-*-{rid}"))
-    assert dirs, f"no offline run {rid}"
-    out = {"run": None, "summary": {}, "history": [], "metrics": [], "dirs": dirs}
-    for record in wandb_records(dirs[-1] / f"run-{rid}.wandb"):
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def read_offline_run(run_dir) -> dict:
+    """What one offline W&B run directory holds: run record, summary, history, metrics, tables."""
+    (path,) = run_dir.glob("run-*.wandb")
+    out = {"run": None, "summary": {}, "history": [], "metrics": [], "dir": run_dir}
+    for record in wandb_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             out["run"] = record.run
         elif kind == "summary":
-            for item in record.summary.update:
-                out["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+            out["summary"].update({_key(i): json.loads(i.value_json) for i in record.summary.update})
         elif kind == "history":
-            out["history"].append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                                   for item in record.history.item})
+            out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
         elif kind == "metric":
             out["metrics"].append(record.metric)
     return out
 
 
+def offline_runs(wandb_dir, rid) -> list[dict]:
+    """Every offline run written for one run id, in the order `wandb sync` uploads them (start time)."""
+    runs = [read_offline_run(p.parent) for p in wandb_dir.glob(f"offline-run-*/run-{rid}.wandb")]
+    assert runs, f"no offline run {rid} in {wandb_dir}"
+    return sorted(runs, key=lambda r: r["run"].start_time.ToNanoseconds())
+
+
+def history(runs) -> list[dict]:
+    """The run's history once all its offline runs are synced: their rows, one after the other."""
+    return [{k: v for k, v in row.items() if not k.startswith(VOLATILE)} for r in runs for row in r["history"]]
+
+
+@pytest.fixture(autouse=True)
+def wandb_env(monkeypatch, tmp_path):
+    """No W&B variable of the machine leaks in; W&B's own settings files stay in the test's directory."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("CONFIG", "CACHE", "DATA"):
+        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
+
+
 @pytest.fixture
-def run(tmp_path, tasks, monkeypatch):
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+def run(tmp_path, tasks):
     return write_run(tmp_path / "run", CHECKPOINTS, tasks, shard_size=6)
 
 
-def test_logged_values_are_the_reducers(run, tasks):
+def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
     paths = finish_run(run, report=False)
     reduction = reduce_run(run)
-    assert paths["wandb"] == run / "wandb" / "wandb" and "wandb_errors" not in paths
-    for g in reduction.slices():
-        logged = offline_run(run / "wandb", run_id(run, g.model, g.domain))
-        expected = run_values(reduction, g.model, g.domain)
-        assert {k: logged["summary"][k] for k in expected} == pytest.approx(expected)
-        assert logged["summary"]["handoff/precision/value"] == pytest.approx(g.metrics.handoff.precision.value)
-        assert logged["summary"]["rule/no_transfer/transfer_rate_by_rule/no_transfer/k"] == \
-            reduction.group(g.model, g.domain, "no_transfer").metrics.transfer_rate_by_rule["no_transfer"].k
-        history = logged["history"][-1]
-        assert history[STEP_METRIC] == g.step
-        assert history["tau2_reward/value"] == pytest.approx(g.metrics.tau2_reward.value)
+    assert paths["wandb"] == run / "wandb" and "wandb_errors" not in paths
+    for domain in ("airline", "retail"):
+        (logged,) = offline_runs(run / "wandb", run_id(RunDir(run), domain))
+        rows = logged["history"]
+        assert [r["_step"] for r in rows] == [0, 1, 2] and [r[STEP_METRIC] for r in rows] == STEPS
+        for row, (ckpt, step) in zip(rows, reduction.checkpoints()):
+            metrics = reduction.group(ckpt, domain).metrics
+            assert {k: row[k] for k in metric_values(metrics)} == pytest.approx(metric_values(metrics))
+            assert row["handoff/f1"] == pytest.approx(metrics.handoff.f1.value)
+            assert row["reward"] == pytest.approx(metrics.reward.value)
+            assert {f"transfer_rate/{r}" for r in metrics.transfer_rate_by_rule} <= set(row)
+            assert {"handoff/precision", "handoff/recall", "tau2_reward", "violation_rate/any",
+                    "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo"} <= set(row)
+            assert not any(k.startswith("pass_hat_k/") for k in row)  # one trial
+            assert row["episodes/_type"] == "table-file"
         assert {(m.name, m.glob_name, m.step_metric) for m in logged["metrics"]} >= \
             {(STEP_METRIC, "", ""), ("", "*", STEP_METRIC)}
+        rewards = {ckpt: reduction.group(ckpt, domain).metrics.reward.value for ckpt, _ in reduction.checkpoints()}
+        best = max(rewards, key=rewards.get)
+        assert logged["summary"]["best/checkpoint"] == best
+        assert logged["summary"]["best/step"] == CHECKPOINTS[best][0]
+        assert logged["summary"]["handoff/f1"] == pytest.approx(rows[-1]["handoff/f1"])
         r = logged["run"]
-        assert (r.run_group, r.job_type, r.project) == ("synthetic", "eval", "handoff")
-        assert {g.model, g.domain, "synthetic"} <= set(r.tags)
+        assert (r.run_group, r.display_name, r.job_type, r.project) == (f"run/{domain}",) * 2 + ("eval", "handoff")
+        assert {"synthetic", domain} <= set(r.tags)
         config = {u.key: json.loads(u.value_json) for u in r.config.update}
-        assert config["eval"] == {"checkpoint": g.model, "step": g.step, "domain": g.domain, "run_dir": str(run)}
-        assert config["model"] == json.loads((run / "manifest.json").read_text())["config"]["model"]
-        table = json.loads(next(logged["dirs"][-1].glob("files/media/table/episodes_*.table.json")).read_text())
-        assert len(table["data"]) == g.n_episodes == len(tasks[g.domain])
-        mine = {(row[0], row[1]): row for row in table["data"]}
-        for ep in reduction.episodes:
-            if (ep.model, ep.score.domain) == (g.model, g.domain):
-                row = mine[(ep.score.task_id, ep.trial)]
-                assert row[2:6] == [ep.score.label.rule, ep.score.label.should_transfer, ep.score.transferred,
-                                    pytest.approx(ep.score.reward)]
+        assert config["eval"]["domain"] == domain and config["eval"]["run_uuid"] == RunDir(run).manifest["run_uuid"]
+        tables = sorted(logged["dir"].glob("files/media/table/episodes_*.table.json"))
+        assert len(tables) == 3
+        for path in tables:
+            table = json.loads(path.read_text())
+            assert table["columns"] == TABLE_COLUMNS and len(table["data"]) == len(tasks[domain])
+            assert len({(row[0], row[1], row[2]) for row in table["data"]}) == 1  # checkpoint, step, domain
 
 
-def test_resumed_sweep_updates_the_same_runs(run, tasks):
-    first = log_reduction(run, reduce_run(run))
-    behavior = CHECKPOINTS["ckpt-100"][1]
-    extra = [episode("ckpt-100", 100, "retail", t, 1, behavior) for t in tasks["retail"]]
-    write_shard(run / "shards" / "resumed.jsonl", "resumed", extra)
-    reduction = reduce_run(run)
-    second = log_reduction(run, reduction)
-    assert second.run_ids == first.run_ids and not second.errors
-    rid = run_id(run, "ckpt-100", "retail")
-    logged = offline_run(run / "wandb", rid)
-    assert len(logged["dirs"]) == 2 and logged["run"].run_id == rid
-    assert logged["summary"]["n_episodes"] == 2 * len(tasks["retail"])
-    assert logged["summary"] == {**logged["summary"], **run_values(reduction, "ckpt-100", "retail")}
+def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep(tmp_path, tasks):
+    clean = write_run(tmp_path / "clean", CHECKPOINTS, tasks, shard_size=6)
+    failed = write_run(tmp_path / "failed", CHECKPOINTS, tasks, shard_size=6)
+    cfg = {"training_run": "ent/proj/train-1"}
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for shard in (failed / "shards").glob("ckpt-200-retail-*.jsonl"):  # the middle checkpoint's shards fail
+        shard.rename(aside / shard.name)
+        (failed / "failed").mkdir(exist_ok=True)
+        (failed / "failed" / f"{shard.stem}.json").write_text('{"error": "worker lost"}')
+    first = log_reduction(failed, reduce_run(failed), cfg)
+    assert first.held_back == ["retail: ckpt-300 (waits for ckpt-200)"] and not first.errors
+    retail = run_id(RunDir(failed), "retail")
+    assert [r[STEP_METRIC] for r in history(offline_runs(failed / "wandb", retail))] == [100]
+
+    for shard in aside.iterdir():  # the resume finishes them
+        shard.rename(failed / "shards" / shard.name)
+        (failed / "failed" / f"{shard.stem}.json").unlink()
+    second = log_reduction(failed, reduce_run(failed), cfg)
+    assert not second.held_back and not second.errors and second.logged_rows == 2
+    n_dirs = len(list((failed / "wandb").glob("offline-run-*")))
+    again = log_reduction(failed, reduce_run(failed), cfg)
+    assert again.logged_rows == 0 and len(list((failed / "wandb").glob("offline-run-*"))) == n_dirs
+
+    log_reduction(clean, reduce_run(clean))
+    for domain in ("airline", "retail"):
+        resumed = offline_runs(failed / "wandb", run_id(RunDir(failed), domain))
+        assert len(resumed) == (2 if domain == "retail" else 1)
+        assert len({r["dir"].name for r in resumed}) == len(resumed)  # never the same directory
+        assert [r["run"].run_id for r in resumed] == [run_id(RunDir(failed), domain)] * len(resumed)
+        expected = history(offline_runs(clean / "wandb", run_id(RunDir(clean), domain)))
+        assert [r["_step"] for r in history(resumed)] == [0, 1, 2]
+        assert history(resumed) == expected
+        assert resumed[-1]["summary"]["best/checkpoint"] in CHECKPOINTS
+
+    (training,) = offline_runs(failed / "wandb", "train-1")[:1]
+    trained = history(offline_runs(failed / "wandb", "train-1"))
+    assert (training["run"].entity, training["run"].project) == ("ent", "proj")
+    for domain in ("airline", "retail"):
+        mine = [row for row in trained if f"eval/{domain}/handoff/f1" in row]
+        assert [row[TRAINING_STEP_METRIC] for row in mine] == STEPS  # none dropped, none twice
+        assert not any(f"eval/{domain}/{STEP_METRIC}" in row for row in mine)
+    assert ("", "eval/*", TRAINING_STEP_METRIC) in {(m.name, m.glob_name, m.step_metric) for m in training["metrics"]}
 
 
 def test_unreachable_server_loses_nothing(run, monkeypatch, capsys):
@@ -118,15 +191,54 @@ def test_unreachable_server_loses_nothing(run, monkeypatch, capsys):
     errors = paths["wandb_errors"].read_text().splitlines()
     assert len(errors) == 1 and "(online)" in errors[0]  # the rest went straight to offline files
     assert "W&B logging failed" in capsys.readouterr().err
-    reduction = reduce_run(run)
-    for g in reduction.slices():
-        logged = offline_run(run / "wandb", run_id(run, g.model, g.domain))
-        assert logged["summary"]["handoff/accuracy/value"] == pytest.approx(g.metrics.handoff.accuracy.value)
+    for domain in ("airline", "retail"):
+        rows = history(offline_runs(run / "wandb", run_id(RunDir(run), domain)))
+        assert [r[STEP_METRIC] for r in rows] == STEPS
 
 
-def test_run_ids_are_deterministic_and_distinct(tmp_path):
-    a = run_id(tmp_path / "runs" / "sweep-1", "ckpt", "airline")
-    assert a == run_id(tmp_path / "runs" / "sweep-1", "ckpt", "airline")
-    assert len({a, run_id(tmp_path / "runs" / "sweep-2", "ckpt", "airline"),
-                run_id(tmp_path / "runs" / "sweep-1", "ckpt", "retail")}) == 3
-    assert len(a) <= 64 and all(c.isalnum() or c in "-_" for c in a)
+def test_settings_follow_wandb_variables_and_the_config_wins(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)  # a key alone does not turn offline into online
+    assert resolve_target({}, run).model_dump() == {"mode": "offline", "project": "handoff", "entity": None,
+                                                    "dir": run}
+    env = {"WANDB_MODE": "online", "WANDB_PROJECT": "p-env", "WANDB_ENTITY": "e-env", "WANDB_DIR": str(tmp_path)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert resolve_target({}, run).model_dump() == {"mode": "online", "project": "p-env", "entity": "e-env",
+                                                    "dir": tmp_path}
+    explicit = {"mode": "offline", "project": "p", "entity": "e", "dir": str(run)}
+    assert resolve_target(explicit, run).model_dump() == {**explicit, "dir": run}
+    monkeypatch.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(WandbError, match="WANDB_MODE='sometimes'"):
+        resolve_target({}, run)
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    paths = finish_run(run, report=False)
+    assert "wandb" not in paths and not (run / "wandb").exists()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("WANDB_DIR", str(elsewhere))
+    assert finish_run(run, report=False)["wandb"] == elsewhere / "wandb"
+    (logged,) = offline_runs(elsewhere / "wandb", run_id(RunDir(run), "retail"))
+    assert (logged["run"].project, logged["run"].entity) == ("p-env", "e-env")
+
+
+def test_run_ids_come_from_the_run_uuid(tmp_path, tasks):
+    run = write_run(tmp_path / "sweep", {"c": (1, Behavior())}, {"retail": tasks["retail"][:1]})
+    ids = {d: run_id(RunDir(run), d) for d in ("airline", "retail")}
+    assert ids["retail"] == run_id(RunDir(run), "retail") != ids["airline"]
+    assert all(len(i) <= 64 and all(c.isalnum() or c in "-_" for c in i) for i in ids.values())
+    shutil.rmtree(run)  # the same path, created again: a new run, new W&B runs
+    write_run(tmp_path / "sweep", {"c": (1, Behavior())}, {"retail": tasks["retail"][:1]})
+    assert run_id(RunDir(run), "retail") != ids["retail"]
+    assert run_name(RunDir(run), "retail") == "sweep/retail"
+
+
+def test_compare_names_the_wandb_runs_and_steps(run, tmp_path, tasks, monkeypatch):
+    other = write_run(tmp_path / "other", {"ckpt-9": (9, Behavior())}, tasks, shard_size=6)
+    monkeypatch.setenv("WANDB_ENTITY", "team")
+    cmp = compare(side_scores(run, "ckpt-200", "retail"), side_scores(other, None, "retail"))
+    assert cmp.side_a.wandb_runs == [f"team/handoff/runs/{run_id(RunDir(run), 'retail')}"]
+    assert (cmp.side_a.step, cmp.side_b.step) == (200, 9)
+    table = format_table(cmp)
+    assert f"W&B A: team/handoff/runs/{run_id(RunDir(run), 'retail')} at {STEP_METRIC} = 200" in table
+    assert f"W&B B: team/handoff/runs/{run_id(RunDir(other), 'retail')} at {STEP_METRIC} = 9" in table
