@@ -3,5 +3,6 @@
 - `synthetic`: run directories of synthetic episodes (real tau2 messages) for reducer, report and
   W&B tests and the reducer benchmark.
 - `replay`: gold-action replays of tau2 tasks and wrong-write variants (fasteval equality, bench).
+- `wandb_offline`: W&B's offline run files read back (history, summary, metrics, run record).
 - `tiny`: the tiny-hermes model's training data and trainer (`python -m handoff.engine.models tiny`).
 """

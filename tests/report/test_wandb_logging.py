@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 
 import pytest
-from wandb.proto import wandb_internal_pb2 as pb
 
 from handoff.report import finish_run, reduce_run
 from handoff.report.compare import compare, format_table, side_scores
@@ -25,65 +23,12 @@ from handoff.report.wandb_log import (
     run_name,
 )
 from handoff.testing.synthetic import Behavior, write_run
+from handoff.testing.wandb_offline import history, offline_runs
 
 CHECKPOINTS = {"ckpt-100": (100, Behavior(correct_handoff=0.9, success=0.3)),
                "ckpt-200": (200, Behavior(correct_handoff=0.5, success=0.8)),
                "ckpt-300": (300, Behavior(correct_handoff=0.7, success=0.5))}
 STEPS = [100, 200, 300]
-BLOCK, HEADER = 32768, 7  # LevelDB log format, as wandb-core writes it after its 7-byte file header
-VOLATILE = ("_runtime", "_timestamp", "episodes/")  # wall-clock values, and the table file's reference
-
-
-def wandb_records(path):
-    """The records of a .wandb file."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, chunks = HEADER, b""
-    while pos + HEADER <= len(data):
-        if BLOCK - pos % BLOCK < HEADER:  # block trailer padding
-            pos += BLOCK - pos % BLOCK
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
-        chunks += data[pos + HEADER:pos + HEADER + length]
-        pos += HEADER + length
-        if kind in (1, 4):  # FULL or LAST
-            record = pb.Record()
-            record.ParseFromString(chunks)
-            yield record
-            chunks = b""
-
-
-def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
-
-
-def read_offline_run(run_dir) -> dict:
-    """What one offline W&B run directory holds: run record, summary, history, metrics, tables."""
-    (path,) = run_dir.glob("run-*.wandb")
-    out = {"run": None, "summary": {}, "history": [], "metrics": [], "dir": run_dir}
-    for record in wandb_records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            out["run"] = record.run
-        elif kind == "summary":
-            out["summary"].update({_key(i): json.loads(i.value_json) for i in record.summary.update})
-        elif kind == "history":
-            out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
-        elif kind == "metric":
-            out["metrics"].append(record.metric)
-    return out
-
-
-def offline_runs(wandb_dir, rid) -> list[dict]:
-    """Every offline run written for one run id, in the order `wandb sync` uploads them (start time)."""
-    runs = [read_offline_run(p.parent) for p in wandb_dir.glob(f"offline-run-*/run-{rid}.wandb")]
-    assert runs, f"no offline run {rid} in {wandb_dir}"
-    return sorted(runs, key=lambda r: r["run"].start_time.ToNanoseconds())
-
-
-def history(runs) -> list[dict]:
-    """The run's history once all its offline runs are synced: their rows, one after the other."""
-    return [{k: v for k, v in row.items() if not k.startswith(VOLATILE)} for r in runs for row in r["history"]]
 
 
 @pytest.fixture(autouse=True)
@@ -172,6 +117,8 @@ def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep
         assert [r["_step"] for r in history(resumed)] == [0, 1, 2]
         assert history(resumed) == expected
         assert resumed[-1]["summary"]["best/checkpoint"] in CHECKPOINTS
+        groups = {r["run"].run_group for r in resumed + offline_runs(clean / "wandb", run_id(RunDir(clean), domain))}
+        assert groups == {f"failed/{domain}", f"clean/{domain}"}  # two sweeps: two lines, one domain each
 
     (training,) = offline_runs(failed / "wandb", "train-1")[:1]
     trained = history(offline_runs(failed / "wandb", "train-1"))
@@ -181,6 +128,12 @@ def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep
         assert [row[TRAINING_STEP_METRIC] for row in mine] == STEPS  # none dropped, none twice
         assert not any(f"eval/{domain}/{STEP_METRIC}" in row for row in mine)
     assert ("", "eval/*", TRAINING_STEP_METRIC) in {(m.name, m.glob_name, m.step_metric) for m in training["metrics"]}
+
+
+def test_pass_hat_k_is_logged_with_several_trials(tmp_path, tasks):
+    run = write_run(tmp_path / "run", {"c": (1, Behavior())}, {"retail": tasks["retail"]}, trials=2)
+    values = metric_values(reduce_run(run).group("c", "retail").metrics)
+    assert {"pass_hat_k/1", "pass_hat_k/2", "ci95/pass_hat_k/2/lo"} <= set(values)
 
 
 def test_unreachable_server_loses_nothing(run, monkeypatch, capsys):
