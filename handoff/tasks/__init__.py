@@ -13,12 +13,15 @@ from pathlib import Path
 from handoff.tasks import paths
 from handoff.tasks.derive import KINDS as DERIVED_KINDS
 from handoff.tasks.derive import parse_derived_id
-from handoff.tasks.manifests import manifest_hashes, split_of
+from handoff.tasks.manifests import manifest_hashes, split_of, tasks_sha256
 from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_tasks
 
 KINDS = ("upstream", *DERIVED_KINDS)
 
-__all__ = ["DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of"]
+__all__ = [
+    "DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of",
+    "tasks_sha256",
+]
 
 
 @cache

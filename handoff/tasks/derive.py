@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import cache
 
-from handoff.tasks import out_of_scope
+import yaml
+
+from handoff.tasks import audit, out_of_scope, paths
 from handoff.tasks.upstream import (
     SPLITS,
     TRANSFER_TOOL,
@@ -30,57 +32,32 @@ TRANSFER_CLAUSE = (
     "actions (both policies); transfer_to_human_agents: only transfer if the user explicitly asks for a human "
     "agent or you cannot solve the user's issue with the policy and the tools."
 )
-NO_HUMAN = (
-    "Never ask for a human agent, a supervisor or a manager, and refuse any offer to be transferred: "
-    "you want this solved in this conversation."
-)
 
-class UserTemplate(NamedTuple):
-    instructions: str
-    persona: str | None = None
-
-
-EXPLICIT_REQUEST = {
-    "insist": UserTemplate(
-        instructions="Before explaining anything, say that you want to speak with a human agent. If the agent offers "
-        "to help you itself, decline and repeat that you want a human agent; keep insisting however the agent "
-        "answers. Give your name or ids if the agent asks for them, but do not go through the details of your "
-        "request with it.",
-    ),
-    "after_first_reply": UserTemplate(
-        instructions="Explain your request in one or two sentences. Whatever the agent answers first, say that you "
-        "no longer want to continue with an automated assistant and ask to be transferred to a human agent. Keep "
-        "insisting on a human agent until you are transferred, and do not answer further questions about the "
-        "request.",
-    ),
-    "distrust": UserTemplate(
-        persona="You have had bad experiences with automated assistants and only trust a real person with your "
-        "bookings and orders.",
-        instructions="Ask for a human representative right away. If the agent asks why, say that you only want a "
-        "real person to handle this. Never let the agent handle the request itself, however helpful it sounds.",
-    ),
+TEMPLATES = {
+    "explicit_request": ("insist", "after_first_reply", "distrust"),
+    "hard_negative": ("impatient", "rude", "threatening"),
 }
 
-HARD_NEGATIVE = {
-    "impatient": (
-        "You are extremely impatient and in a hurry. You write short messages, complain about every delay and "
-        "question, and keep telling the agent to hurry up."
-    ),
-    "rude": (
-        "You are rude and sarcastic (but never use slurs): you mock the agent's competence, call the service "
-        "useless and complain loudly, while still giving the information the agent asks for."
-    ),
-    "threatening": (
-        "You are angry and threaten the company: you say you will switch to a competitor, post terrible reviews "
-        "everywhere, or dispute the charge with your bank if this is not fixed right now."
-    ),
-}
 
-OUT_OF_SCOPE_INSTRUCTIONS = (
-    "This request is the only thing you need today. Give your name and ids if the agent asks for them. If the "
-    "agent says it cannot do this, ask whether there is any way to get it done, and do not accept something "
-    "else instead. Do not ask for a human agent yourself. If the agent still cannot help, end the conversation."
-)
+@cache
+def scenarios(domain: str) -> dict:
+    """The hand-written text of the domain's derived tasks (data/scenarios/<domain>.yaml)."""
+    return yaml.safe_load((paths.REPO_ROOT / paths.scenario_file(domain)).read_text())
+
+
+@cache
+def product_classes() -> dict[str, set[str]]:
+    """Retail product classes for complaints (data/scenarios/retail_products.yaml)."""
+    doc = yaml.safe_load((paths.REPO_ROOT / paths.PRODUCT_CLASSES_FILE).read_text())
+    return {name: set(products) for name, products in doc.items() if isinstance(products, list)}
+
+
+def damage_phrases() -> dict[str, str]:
+    return yaml.safe_load((paths.REPO_ROOT / paths.PRODUCT_CLASSES_FILE).read_text())["damage"]
+
+
+def _pick(options: list, index: int):
+    return options[index % len(options)]
 
 
 @dataclass(frozen=True)
@@ -135,19 +112,32 @@ def _transfer_criteria(summary: str):
     return EvaluationCriteria(actions=[transfer], reward_basis=[RewardType.DB, RewardType.ACTION])
 
 
-def _explicit_request(parent, template: str):
-    from tau2.data_model.tasks import Task, UserScenario
+def _request_of(domain: str, parent) -> str:
+    requests = scenarios(domain)["explicit_request"]["requests"]
+    if parent.id not in requests:
+        raise ValueError(
+            f"{paths.scenario_file(domain)}: explicit_request.requests has no entry for parent {parent.id}: "
+            "write what this user needs in their own words"
+        )
+    return requests[parent.id].strip()
 
-    persona, instructions = EXPLICIT_REQUEST[template].persona, EXPLICIT_REQUEST[template].instructions
+
+def _explicit_request(domain: str, parent, template: str, k: int):
+    """The parent's user and need, told anew: no line of the parent's script, only the kind's behaviour."""
+    from tau2.data_model.tasks import StructuredUserInstructions, Task, UserScenario
+
+    text = scenarios(domain)["explicit_request"]["templates"][template]
+    request = _request_of(domain, parent)
+    behaviour = f"{_pick(text['openings'], k)} {_pick(text['persistence'], k // len(text['openings']))}"
     parent_instr = parent.user_scenario.instructions
     scenario = UserScenario(
-        persona=persona,
-        instructions=parent_instr.model_copy(
-            update={
-                "reason_for_call": parent_instr.reason_for_call.strip()
-                + "\n\nYou want a human agent to handle this, not an automated assistant.",
-                "task_instructions": instructions,
-            }
+        persona=_pick(text["personas"], k),
+        instructions=StructuredUserInstructions(
+            domain=domain,
+            reason_for_call=f"{request} You want a human agent to handle this, not an automated assistant.",
+            known_info=parent_instr.known_info,
+            unknown_info=parent_instr.unknown_info,
+            task_instructions=behaviour,
         ),
     )
     return Task(
@@ -158,19 +148,34 @@ def _explicit_request(parent, template: str):
             TRANSFER_CLAUSE,
         ),
         user_scenario=scenario,
-        evaluation_criteria=_transfer_criteria(
-            f"The user explicitly asks for a human agent. Their request: {parent_instr.reason_for_call.strip()}"
-        ),
+        evaluation_criteria=_transfer_criteria(f"The user explicitly asks for a human agent. Their request: {request}"),
     )
 
 
-def _hard_negative(parent, template: str):
-    from tau2.data_model.tasks import Task
+def strip_persona_lines(text: str | None) -> str | None:
+    """The text without the sentences that set the user's temperament (the derived persona replaces them)."""
+    if text is None:
+        return None
+    paragraphs = [" ".join(s for s in audit.sentences(line) if not audit.is_persona_line(s)) for line in text.split("\n")]
+    return "\n\n".join(p for p in paragraphs if re.search(r"[A-Za-z]", p))
 
-    persona = HARD_NEGATIVE[template]
+
+def _hard_negative(domain: str, parent, template: str, k: int):
+    """The parent's solvable issue and everything its user needs to reach the gold outcome; the parent's
+    persona lines give way to the difficult persona."""
+    from tau2.data_model.tasks import Task, UserScenario
+
+    text = scenarios(domain)["hard_negative"]
     parent_instr = parent.user_scenario.instructions
     instructions = parent_instr.model_copy(
-        update={"task_instructions": f"{parent_instr.task_instructions.strip()}\n\n{NO_HUMAN}"}
+        update={
+            "reason_for_call": strip_persona_lines(parent_instr.reason_for_call),
+            "task_instructions": "\n\n".join(filter(None, [
+                strip_persona_lines(parent_instr.task_instructions),
+                _pick(text["conduct"][template], k),
+                _pick(text["no_human"], k // len(text["conduct"][template])),
+            ])),
+        }
     )
     parent_purpose = parent.description.purpose if parent.description else None
     purpose = (
@@ -185,7 +190,7 @@ def _hard_negative(parent, template: str):
             "Deny requests that are against the policy; transfer only if the request cannot be handled within the "
             "scope of the agent's actions or the user explicitly asks for a human agent.",
         ),
-        user_scenario=parent.user_scenario.model_copy(update={"persona": persona, "instructions": instructions}),
+        user_scenario=UserScenario(persona=_pick(text["personas"][template], k), instructions=instructions),
         initial_state=parent.initial_state,
         evaluation_criteria=parent.evaluation_criteria,
     )
@@ -198,14 +203,31 @@ ASKS_FOR_HUMAN = {
 }
 
 
+def gold_changes_db(domain: str, task) -> bool:
+    """Whether the task's reference actions, replayed on the domain's database, change it (a write that
+    fails, such as a payment with too little gift card balance, changes nothing)."""
+    from tau2.data_model.message import ToolCall
+
+    from handoff.fasteval.environments import make_environment
+
+    env = make_environment(domain)
+    before = env.get_db_hash()
+    for i, action in enumerate(task.evaluation_criteria.actions or []):
+        env.get_response(ToolCall(id=f"call_{i}", name=action.name, arguments=action.arguments,
+                                  requestor=action.requestor))
+    return env.get_db_hash() != before
+
+
 def hard_negative_candidates(domain: str) -> list:
-    """Solvable parents: a reference solution that writes to the database and contains no transfer."""
+    """Solvable parents: a reference solution that contains no transfer and changes the database (so that
+    tau2's DB check fails an agent that transfers instead)."""
     writes = write_tools(domain)
     return [
         t for t in upstream_tasks(domain)
         if not has_gold_transfer(t)
         and t.id not in ASKS_FOR_HUMAN[domain]
         and any(a.name in writes for a in t.evaluation_criteria.actions or [])
+        and gold_changes_db(domain, t)
     ]
 
 
@@ -227,67 +249,150 @@ def _user_id(domain: str, task) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _airline_fields(user: dict) -> dict | None:
+def route(reservation: dict) -> str:
+    """"ORIGIN to DESTINATION"; the first flight's destination when the db gives the origin twice."""
+    first = min(reservation["flights"], key=lambda f: f["date"])
+    destination = reservation["destination"]
+    return f"{reservation['origin']} to {first['destination'] if destination == reservation['origin'] else destination}"
+
+
+def _first_date(reservation: dict) -> str:
+    return min(f["date"] for f in reservation["flights"])
+
+
+def _flown(reservation: dict) -> list[tuple[str, str]]:
+    """(date, flight number) of the reservation's flights that landed before today."""
+    flights = raw_db("airline")["flights"]
+    return sorted(
+        (f["date"], f["flight_number"]) for f in reservation["flights"]
+        if f["date"] < TODAY and flights[f["flight_number"]]["dates"].get(f["date"], {}).get("status") == "landed"
+    )
+
+
+def _airline_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
+    """Facts of the user's db record: the earliest upcoming reservation (by first flight date, then id),
+    the earliest landed flight, and the earliest landed flight of a reservation with checked bags."""
     reservations = [raw_db("airline")["reservations"][r] for r in sorted(user["reservations"])]
-    upcoming = [r for r in reservations if min(f["date"] for f in r["flights"]) > TODAY]
-    flown = sorted((f["date"], f["flight_number"]) for r in reservations for f in r["flights"] if f["date"] < TODAY)
-    if not upcoming:
-        return None
-    trip = upcoming[0]
     fields = {
-        "reservation_id": trip["reservation_id"],
-        "route": f"{trip['origin']} to {trip['destination']}",
-        "date": min(f["date"] for f in trip["flights"]),
         "known_info": f"You are {user['name']['first_name']} {user['name']['last_name']}. "
         f"Your user id is {user['user_id']}.",
+        "city": user["address"]["city"],
+        "method_count": len(user["payment_methods"]),
     }
-    if flown:  # only some users have flown already: requests about a past flight need one
-        fields["past_date"], fields["past_flight"] = flown[0]
+    upcoming = sorted((r for r in reservations if _first_date(r) > TODAY),
+                      key=lambda r: (_first_date(r), r["reservation_id"]))
+    if upcoming:
+        trip = upcoming[0]
+        fields |= {"reservation_id": trip["reservation_id"], "route": route(trip), "date": _first_date(trip)}
+    flown = sorted((date, number, r["reservation_id"]) for r in reservations for date, number in _flown(r))
+    if flown:
+        fields["past_date"], fields["past_flight"] = flown[0][:2]
+    bags = raw_db("airline")["reservations"]
+    with_bags = [f for f in flown if bags[f[2]]["total_baggages"] > 0]
+    if with_bags:
+        fields["bag_date"], fields["bag_flight"], fields["bag_reservation"] = with_bags[0]
     return fields
 
 
-def _retail_fields(user: dict) -> dict | None:
-    orders = [raw_db("retail")["orders"][o] for o in sorted(user["orders"])]
-    delivered = [o for o in orders if o["status"] == "delivered"]
-    if not delivered:
-        return None
-    order = delivered[0]
-    return {
-        "order_id": order["order_id"],
-        "item": order["items"][0]["name"].lower(),
+_SOURCES = {"paypal": "a PayPal account", "gift_card": "a gift card"}
+
+
+def _methods(user: dict) -> str:
+    names = [
+        _SOURCES.get(m["source"]) or f"a {m.get('brand', 'credit').title()} card"
+        for _, m in sorted(user["payment_methods"].items())
+    ]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _restock_option(item: dict) -> dict | None:
+    """An option value of the item's product, other than the bought one, that every variant having it
+    lacks in stock."""
+    product = raw_db("retail")["products"][item["product_id"]]
+    variants = list(product["variants"].values())
+    for key in sorted(item["options"]):
+        for value in sorted({str(v["options"][key]) for v in variants if key in v["options"]}):
+            having = [v for v in variants if str(v["options"].get(key)) == value]
+            if value != str(item["options"][key]) and not any(v["available"] for v in having):
+                return {"option": key, "value": value}
+    return None
+
+
+def _item_fields(item: dict, item_class: str | None) -> dict | None:
+    """Fields of one delivered item if it fits the request's class of product, else None."""
+    name, classes = item["name"], product_classes()
+    fields = {"item": name.lower(), "paid": f"{item['price']:.2f}", "lower": f"{round(item['price'] * 0.85, 2):.2f}"}
+    if item_class == "powered":
+        return fields if name in classes["powered"] else None
+    if item_class == "damage":
+        hazard = next((h for h in ("heat", "leak") if name in classes[h]), None)
+        return fields | {"damage": damage_phrases()[hazard]} if hazard else None
+    if item_class == "restock":
+        option = _restock_option(item)
+        return fields | option if option else None
+    return fields
+
+
+def _retail_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
+    """Facts of the user's db record; the order and item are the first delivered ones (by order id, then
+    position in the order) that fit the request's class of product."""
+    fields = {
         "known_info": f"You are {user['name']['first_name']} {user['name']['last_name']}, your email is "
         f"{user['email']} and your zip code is {user['address']['zip']}.",
+        "email": user["email"], "first_name": user["name"]["first_name"], "last_name": user["name"]["last_name"],
+        "methods": _methods(user),
     }
+    orders = [raw_db("retail")["orders"][o] for o in sorted(user["orders"])]
+    for order in (o for o in orders if o["status"] == "delivered"):
+        for item in order["items"]:
+            found = _item_fields(item, request.item_class)
+            if found:
+                return fields | found | {"order_id": order["order_id"]}
+    return fields
 
 
-def _scenario_fields(domain: str, task) -> dict | None:
-    uid = _user_id(domain, task)
-    if uid is None:
-        return None
-    user = raw_db(domain)["users"][uid]
-    return _airline_fields(user) if domain == "airline" else _retail_fields(user)
+def _wordings(domain: str, request: out_of_scope.OutOfScopeRequest) -> list[str]:
+    wordings = scenarios(domain)["out_of_scope"]["requests"].get(request.id)
+    if not wordings:
+        raise ValueError(f"{paths.scenario_file(domain)}: out_of_scope.requests has no wording for {request.id!r}")
+    return wordings
 
 
-def _assign_requests(domain: str, parents: list, fields: dict) -> list:
-    """Give each parent the least used catalog request its user's data can fill (ties: catalog order)."""
+def _fields(domain: str, user_id: str, request: out_of_scope.OutOfScopeRequest) -> dict | None:
+    """The user's facts for the request, or None when they cannot ground every wording of it."""
+    user = raw_db(domain)["users"][user_id]
+    fields = _airline_fields(user, request) if domain == "airline" else _retail_fields(user, request)
+    fits = all(out_of_scope.placeholders(w) <= fields.keys() for w in _wordings(domain, request))
+    return fields if fits else None
+
+
+def _assign_requests(domain: str, parents: list, users: dict) -> list[tuple]:
+    """Give each parent the least used catalog request its user's data can ground (ties: catalog order);
+    returns (parent, request, fields, how often the request was used before)."""
     uses = {request.id: 0 for request in out_of_scope.CATALOG[domain]}
-    pairs = []
+    chosen = []
     for parent in parents:
-        fitting = [r for r in out_of_scope.CATALOG[domain] if r.placeholders() <= fields[parent.id].keys()]
-        request = min(fitting, key=lambda r: uses[r.id])
+        grounded = [(r, f) for r in out_of_scope.CATALOG[domain] if (f := _fields(domain, users[parent.id], r))]
+        if not grounded:
+            raise ValueError(f"{domain}/{parent.id}: no out-of-scope request fits the user's data")
+        request, fields = min(grounded, key=lambda pair: uses[pair[0].id])
+        chosen.append((parent, request, fields, uses[request.id]))
         uses[request.id] += 1
-        pairs.append((parent, request))
-    return pairs
+    return chosen
 
 
-def _out_of_scope(domain: str, parent, request: out_of_scope.OutOfScopeRequest, fields: dict):
+def _out_of_scope(domain: str, parent, request: out_of_scope.OutOfScopeRequest, fields: dict, j: int, i: int):
     from tau2.data_model.tasks import StructuredUserInstructions, Task, UserScenario
 
-    reason = request.request.format(**fields)
+    reason = _pick(_wordings(domain, request), j).format(**fields)
+    text = scenarios(domain)["out_of_scope"]["instructions"]
+    n_open, n_push = len(text["openings"]), len(text["pushback"])
+    behaviour = " ".join([
+        _pick(text["openings"], i), _pick(text["pushback"], i // n_open), _pick(text["endings"], i // (n_open * n_push)),
+    ])
     scenario = UserScenario(
         instructions=StructuredUserInstructions(
-            domain=domain, reason_for_call=reason, known_info=fields["known_info"],
-            task_instructions=OUT_OF_SCOPE_INSTRUCTIONS,
+            domain=domain, reason_for_call=reason, known_info=fields["known_info"], task_instructions=behaviour,
         )
     )
     policies = (
@@ -314,20 +419,35 @@ def _sorted(tasks: list) -> list:
     return sorted(tasks, key=lambda t: int(parse_derived_id(t.id).parent_id))
 
 
-def build_kind(domain: str, kind: str) -> list:
-    """The derived tasks of one kind, ordered by parent id."""
+def _with_templates(kind: str, parents: list) -> list[tuple]:
+    """(parent, template, k, i): templates round-robin along the parent order; k counts the template's uses."""
+    templates = TEMPLATES[kind]
+    return [(p, templates[i % len(templates)], i // len(templates), i) for i, p in enumerate(parents)]
+
+
+def _build(domain: str, kind: str) -> list:
     n = COUNTS[domain]
     if kind == "explicit_request":
         parents = select_parents(domain, kind, list(upstream_tasks(domain)), n)
-        templates = list(EXPLICIT_REQUEST)
-        return _sorted([_explicit_request(p, templates[i % len(templates)]) for i, p in enumerate(parents)])
+        return [_explicit_request(domain, p, t, k) for p, t, k, _ in _with_templates(kind, parents)]
     if kind == "hard_negative":
         parents = select_parents(domain, kind, hard_negative_candidates(domain), n)
-        templates = list(HARD_NEGATIVE)
-        return _sorted([_hard_negative(p, templates[i % len(templates)]) for i, p in enumerate(parents)])
+        return [_hard_negative(domain, p, t, k) for p, t, k, _ in _with_templates(kind, parents)]
     if kind == "out_of_scope":
-        fields = {t.id: _scenario_fields(domain, t) for t in upstream_tasks(domain)}
-        parents = select_parents(domain, kind, [t for t in upstream_tasks(domain) if fields[t.id]], n)
-        pairs = _assign_requests(domain, parents, fields)
-        return _sorted([_out_of_scope(domain, p, request, fields[p.id]) for p, request in pairs])
+        users = {t.id: _user_id(domain, t) for t in upstream_tasks(domain)}
+        parents = select_parents(domain, kind, [t for t in upstream_tasks(domain) if users[t.id]], n)
+        chosen = _assign_requests(domain, parents, users)
+        return [_out_of_scope(domain, p, r, f, j, i) for i, (p, r, f, j) in enumerate(chosen)]
     raise ValueError(f"unknown derived kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def build_kind(domain: str, kind: str) -> list:
+    """The derived tasks of one kind, ordered by parent id; ValueError if any fails the annotator's checks
+    (handoff.tasks.audit)."""
+    tasks = _sorted(_build(domain, kind))
+    parents = {t.id: t for t in upstream_tasks(domain)}
+    findings = audit.audit(domain, kind, tasks, parents, product_classes())
+    if findings:
+        raise ValueError(f"{domain}/{kind}: derived tasks fail the checks:\n  " + "\n  ".join(
+            f"{f.task_id}: {f.check}: {f.message}" for f in findings))
+    return tasks

@@ -1,20 +1,29 @@
-"""`handoff labels build|check`: the derived task files, labels_v1.json, splits_v1.json and the rendered
-out-of-scope catalog, all generated from the pinned tau2 package and label_overrides_v1.json.
+"""`handoff labels build|check|override`: the derived task files, labels_v1.json, splits_v1.json, the
+rendered out-of-scope catalog and the behaviour record, all generated from the pinned tau2 package,
+data/scenarios and label_overrides_v1.json.
 
 Hash chain: labels_v1.json records the sha256 of the overrides file and of each derived task file;
 splits_v1.json records the sha256 of labels_v1.json; manifest_hashes() gives all of them to the sweep.
+behaviour_v1.json records tau2's rewards of scripted agents on every task, keyed by task content.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
-from handoff.tasks import paths
+from handoff.tasks import behaviour, paths
 from handoff.tasks.catalog_doc import render_catalog
 from handoff.tasks.derive import KINDS, build_kind, parse_derived_id
-from handoff.tasks.labels import apply_override, base_label, read_overrides
+from handoff.tasks.labels import (
+    ManifestError,
+    Override,
+    apply_override,
+    base_label,
+    read_overrides,
+)
 from handoff.tasks.upstream import (
     DOMAINS,
     SPLITS,
@@ -43,9 +52,15 @@ def split_of(domain: str, task_id: str) -> str:
     return upstream_splits(domain)[ref.parent_id if ref else task_id]
 
 
-def render(root: Path) -> dict[Path, bytes]:
-    """Every generated file (path relative to root -> bytes), from tau2 and root's overrides file."""
-    derived = {(d, k): build_kind(d, k) for d in DOMAINS for k in KINDS}
+def derived_tasks() -> dict[tuple[str, str], list]:
+    """(domain, kind) -> the derived tasks, freshly built (and checked, handoff.tasks.audit)."""
+    return {(d, k): build_kind(d, k) for d in DOMAINS for k in KINDS}
+
+
+def render(root: Path, derived: dict | None = None) -> dict[Path, bytes]:
+    """Every generated file but the behaviour record (path relative to root -> bytes), from tau2, the
+    scenario files and root's overrides file."""
+    derived = derived or derived_tasks()
     files = {
         paths.task_file(d, k): dump_json([t.model_dump(mode="json", exclude_none=True) for t in tasks])
         for (d, k), tasks in derived.items()
@@ -83,11 +98,16 @@ def _splits_json(tasks: dict[str, list], labels_sha256: str) -> bytes:
     })
 
 
-def build(root: Path | None = None) -> list[Path]:
-    """Write the generated files that changed; returns them."""
+def build(root: Path | None = None, workers: int | None = None) -> list[Path]:
+    """Write the generated files that changed; returns them. Tasks whose content is not in the behaviour
+    record yet are run with tau2's evaluator first (in `workers` processes); a task that does not behave
+    as its kind requires stops the build before anything is written."""
     root = Path(root or paths.REPO_ROOT)
+    derived = derived_tasks()
+    files = render(root, derived)
+    files[paths.BEHAVIOUR_FILE] = _behaviour_json(root, derived, workers)
     written = []
-    for rel, data in render(root).items():
+    for rel, data in files.items():
         target = root / rel
         if not target.exists() or target.read_bytes() != data:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -96,17 +116,130 @@ def build(root: Path | None = None) -> list[Path]:
     return written
 
 
-def check(root: Path | None = None) -> list[str]:
-    """What differs between the committed files and a fresh build (empty when everything is current)."""
+def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) -> list[str]:
+    """What differs between the committed files and a fresh build (empty when everything is current);
+    the behaviour record must cover every task's current content with the required scores, and `rerun`
+    tasks per domain and kind are run again with tau2's evaluator and must score as recorded."""
     root = Path(root or paths.REPO_ROOT)
     problems = _hash_chain_problems(root)
-    for rel, data in render(root).items():
+    derived = derived_tasks()
+    for rel, data in render(root, derived).items():
         target = root / rel
         if not target.exists():
             problems.append(f"{rel}: missing")
         elif target.read_bytes() != data:
             problems.append(f"{rel}: stale, differs from a fresh build:\n    " + "\n    ".join(_describe(target, data)))
+    return problems + behaviour_problems(root, derived, rerun, workers)
+
+
+# --- the behaviour record ---------------------------------------------------------------------------------
+
+
+def _all_tasks(derived: dict) -> list[tuple[str, str, object]]:
+    """(domain, kind, task) for every upstream and derived task."""
+    return [(d, "upstream", t) for d in DOMAINS for t in upstream_tasks(d)] + [
+        (d, k, t) for (d, k), tasks in derived.items() for t in tasks
+    ]
+
+
+def read_behaviour(root: Path) -> dict:
+    """domain -> task id -> {"sha256", agent scores}; empty when there is no readable record."""
+    doc = _read_json(root / paths.BEHAVIOUR_FILE)
+    return doc.get("tasks", {}) if isinstance(doc, dict) else {}
+
+
+def _behaviour_json(root: Path, derived: dict, workers: int | None) -> bytes:
+    """The record: tau2's evaluate_simulation on handoff.fasteval's environments (tau2's Environment and
+    tools over a copy-on-write database; seconds for every task), for tasks whose content is new;
+    `check` re-runs a sample on tau2's own environments."""
+    doc = _read_json(root / paths.BEHAVIOUR_FILE)
+    same_agents = isinstance(doc, dict) and doc.get("agents") == behaviour.DESCRIPTIONS
+    recorded = read_behaviour(root) if same_agents else {}
+    entries, missing = {d: {} for d in DOMAINS}, []
+    for domain, kind, task in _all_tasks(derived):
+        sha = behaviour.task_sha256(task)
+        old = recorded.get(domain, {}).get(task.id)
+        if old and old.get("sha256") == sha:
+            entries[domain][task.id] = old
+        else:
+            missing.append((domain, kind, task, sha))
+    scores = behaviour.run_parallel([(d, t, behaviour.agents_for(k)) for d, k, t, _ in missing], workers or 1,
+                                    fast=True)
+    for (domain, _, task, sha), score in zip(missing, scores):
+        entries[domain][task.id] = {"sha256": sha, **score}
+    failed = [f"{d}/{t.id}: {'; '.join(p)}" for d, k, t in _all_tasks(derived)
+              if k != "upstream" and (p := behaviour.failures(k, entries[d][t.id]))]
+    if failed:
+        raise ManifestError("derived tasks do not behave as their kind requires under tau2's evaluator:\n  "
+                            + "\n  ".join(failed))
+    order = {d: [t.id for dd, _, t in _all_tasks(derived) if dd == d] for d in DOMAINS}
+    return dump_json({
+        "version": VERSION,
+        "evaluator": "tau2.evaluator.evaluator.evaluate_simulation(EvaluationType.ALL) on handoff.fasteval environments",
+        "tau2_version": tau2_version(),
+        "agents": behaviour.DESCRIPTIONS,
+        "tasks": {d: {tid: entries[d][tid] for tid in order[d]} for d in DOMAINS},
+    })
+
+
+def behaviour_problems(root: Path, derived: dict, rerun: int = 1, workers: int | None = None) -> list[str]:
+    """Tasks the behaviour record misses or scores wrongly, and sampled re-runs that disagree with it."""
+    recorded, problems = read_behaviour(root), []
+    for domain, kind, task in _all_tasks(derived):
+        entry = recorded.get(domain, {}).get(task.id)
+        if not entry or entry.get("sha256") != behaviour.task_sha256(task):
+            problems.append(f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id} is not recorded for its current content")
+        elif kind != "upstream":
+            problems += [f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id}: {p}" for p in behaviour.failures(kind, entry)]
+    if problems or not rerun:
+        return problems
+    sample = behaviour.sample(derived, rerun)
+    fresh = behaviour.run_parallel([(d, t, behaviour.AGENTS) for d, t in sample], workers)
+    for (domain, task), scores in zip(sample, fresh):
+        entry = recorded[domain][task.id]
+        if any(entry.get(agent) != score for agent, score in scores.items()):
+            problems.append(f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id}: recorded {entry}, re-run gives {scores}")
     return problems
+
+
+# --- hand-check overrides -----------------------------------------------------------------------------------
+
+
+def set_override(root: Path | None, domain: str, task_id: str, should_transfer: bool, reason: str) -> list[Path]:
+    """Record a hand-checked label in the overrides file and rebuild labels and splits; an override that
+    agrees with the task's base label removes the entry. The overrides file is restored if the build fails."""
+    root = Path(root or paths.REPO_ROOT)
+    if domain not in DOMAINS:
+        raise ManifestError(f"unknown domain {domain!r}: expected one of {', '.join(DOMAINS)}")
+    derived = derived_tasks()
+    tasks = {t.id: t for d, _, t in _all_tasks(derived) if d == domain}
+    if task_id not in tasks:
+        raise ManifestError(f"unknown {domain} task {task_id!r} (see data/manifests/labels_v1.json for the ids)")
+    try:
+        override = Override(should_transfer=should_transfer, reason=reason)
+    except ValueError as exc:
+        raise ManifestError(f"override {domain}/{task_id}: reason must not be blank") from exc
+    path = root / paths.OVERRIDES_FILE
+    original = path.read_bytes()
+    doc = json.loads(original)
+    entries = doc["domains"].setdefault(domain, {})
+    if base_label(tasks[task_id]).should_transfer == should_transfer:
+        if task_id not in entries:
+            raise ManifestError(f"{domain}/{task_id} is already labelled should_transfer={should_transfer} by its rule")
+        del entries[task_id]
+    else:
+        entries[task_id] = override.model_dump()
+    doc["domains"] = {d: dict(sorted(e.items(), key=lambda kv: _id_key(kv[0]))) for d, e in doc["domains"].items() if e}
+    path.write_bytes(dump_json(doc))
+    try:
+        return build(root)
+    except BaseException:
+        path.write_bytes(original)
+        raise
+
+
+def _id_key(task_id: str) -> tuple:
+    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
 
 
 def _hash_chain_problems(root: Path) -> list[str]:
@@ -164,18 +297,48 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _upstream_task_files() -> list[tuple[str, Path]]:
+    """tau2's tasks.json of each domain, found without importing tau2 (which takes seconds)."""
+    package = Path(importlib.util.find_spec("tau2").submodule_search_locations[0])
+    return [(f"tau2/{d}/tasks.json", package / "data" / "tau2" / "domains" / d / "tasks.json") for d in DOMAINS]
+
+
+def tasks_sha256(root: Path | None = None) -> str:
+    """One sha256 over the content of every task: the derived task files and tau2's upstream tasks.json.
+    Any change of a task's scenario, criteria or id changes it (a cache key for scores)."""
+    root = Path(root or paths.REPO_ROOT)
+    named = [(str(p.relative_to(root)), p) for p in sorted((root / paths.TASKS_DIR).glob("*/*.json"))]
+    digest = hashlib.sha256()
+    for name, path in named + _upstream_task_files():
+        digest.update(f"{name}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def manifest_hashes(root: Path | None = None) -> dict:
     """What a sweep records in its run manifest and compares on resume."""
     root = Path(root or paths.REPO_ROOT)
-    tasks = sorted((root / paths.TASKS_DIR).glob("*/*.json"))
-    digest = hashlib.sha256()
-    for path in tasks:
-        digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes())
     return {
         "labels_sha256": paths.sha256_file(root / paths.LABELS_FILE),
         "splits_sha256": paths.sha256_file(root / paths.SPLITS_FILE),
         "overrides_sha256": paths.sha256_file(root / paths.OVERRIDES_FILE),
-        "tasks_sha256": digest.hexdigest(),
+        "tasks_sha256": tasks_sha256(root),
         "tau2_version": tau2_version(),
         "tau2_commit": tau2_commit(),
     }
+
+
+def review(out: Path, domains: list[str] | None = None, kinds: list[str] | None = None,
+           root: Path | None = None) -> list[Path]:
+    """Write the hand-check pages (handoff.tasks.review) of the committed tasks and labels into `out`."""
+    from handoff.tasks import load_tasks
+    from handoff.tasks.labels import load_labels
+    from handoff.tasks.review import domain_markdown, write_review
+
+    root = Path(root or paths.REPO_ROOT)
+    labels, scores = load_labels(root), read_behaviour(root)
+    pages = {}
+    for domain in domains or DOMAINS:
+        tasks = load_tasks(domain, kinds=kinds)
+        splits = {t.id: split_of(domain, t.id) for t in tasks}
+        pages[domain] = domain_markdown(domain, tasks, labels, splits, scores.get(domain, {}))
+    return write_review(Path(out), pages)

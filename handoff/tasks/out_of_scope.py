@@ -5,15 +5,20 @@ the request, and also why the policy does not forbid it (a forbidden request mus
 transferred). By both policies, a request that cannot be handled within the scope of the agent's
 actions is transferred to a human agent. docs/out_of_scope.md is rendered from this module.
 
-`request` is the user's reason for calling; it may use {reservation_id}, {route}, {date},
-{past_flight}, {past_date} (airline) or {order_id}, {item} (retail), filled from the parent task's
-user in tau2's db.json.
+`request` summarizes what the user asks for; the user's own words are in data/scenarios/<domain>.yaml
+(out_of_scope.requests), whose placeholders are filled from the parent task's user in tau2's db.json
+(handoff.tasks.derive). `item_class` names the class of product a retail request needs
+(data/scenarios/retail_products.yaml): the item is one of the user's delivered items of that class.
 """
 
 from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+
+
+def placeholders(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
 @dataclass(frozen=True)
@@ -23,9 +28,7 @@ class OutOfScopeRequest:
     tools_checked: str
     policy_checked: str
     why: str
-
-    def placeholders(self) -> set[str]:
-        return {name for _, name, _, _ in string.Formatter().parse(self.request) if name}
+    item_class: str | None = None  # retail: the class of product the request needs (retail_products.yaml)
 
 
 AIRLINE = (
@@ -128,13 +131,14 @@ AIRLINE = (
 
 RETAIL = (
     OutOfScopeRequest(
-        "price_adjustment",
-        "The {item} in your delivered order {order_id} is now cheaper on the website. You want the price difference "
-        "refunded while keeping the item.",
+        "price_match",
+        "A price match: another store sells the delivered item for less than the user paid; the user keeps it and "
+        "wants the difference refunded.",
         "return_delivered_order_items (returns the item); exchange_delivered_order_items (other option of the same "
         "product); modify_pending_order_payment (pending orders only).",
         "Return delivered order; Exchange delivered order; Modify payment.",
-        "Keeping the item rules out return and exchange; no clause covers partial refunds, nor forbids them.",
+        "Keeping the item rules out return and exchange; no clause covers partial refunds or price matching, nor "
+        "forbids them.",
     ),
     OutOfScopeRequest(
         "warranty_repair",
@@ -143,6 +147,7 @@ RETAIL = (
         "return_delivered_order_items; exchange_delivered_order_items; get_product_details (no warranty information).",
         "Return delivered order; Exchange delivered order.",
         "Repairs and warranties appear nowhere in the tools or the policy.",
+        item_class="powered",
     ),
     OutOfScopeRequest(
         "missing_package",
@@ -155,12 +160,13 @@ RETAIL = (
     ),
     OutOfScopeRequest(
         "damage_claim",
-        "The {item} from your order {order_id} overheated and scorched your kitchen table. You want to file a damage "
-        "claim for the table.",
+        "A claim for damage the delivered item did to other property (a heating appliance that scorched a counter, "
+        "a container that leaked onto a floor).",
         "return_delivered_order_items and exchange_delivered_order_items (the item, not the damage); "
         "get_product_details.",
         "Return delivered order; Exchange delivered order.",
         "Claims for damage to other property are covered by no tool and no clause.",
+        item_class="damage",
     ),
     OutOfScopeRequest(
         "tax_invoice",
@@ -213,11 +219,11 @@ RETAIL = (
     ),
     OutOfScopeRequest(
         "restock_alert",
-        "The {item} you bought in order {order_id} comes in a color that is out of stock. You want to be notified by "
-        "email when it is back in stock.",
+        "An email alert when an out-of-stock option of a product the user bought is back in stock.",
         "get_product_details (current availability only); no notification tool exists.",
         "Product (variant availability); provide information about related products.",
         "The agent can report availability now but cannot subscribe anyone to notifications; no clause covers it.",
+        item_class="restock",
     ),
 )
 

@@ -11,10 +11,17 @@ LABELS_FILE = Path("data/manifests/labels_v1.json")
 SPLITS_FILE = Path("data/manifests/splits_v1.json")
 OVERRIDES_FILE = Path("data/manifests/label_overrides_v1.json")
 CATALOG_DOC = Path("docs/out_of_scope.md")
+SCENARIOS_DIR = Path("data/scenarios")
+PRODUCT_CLASSES_FILE = SCENARIOS_DIR / "retail_products.yaml"
+BEHAVIOUR_FILE = Path("data/manifests/behaviour_v1.json")
 
 
 def task_file(domain: str, kind: str) -> Path:
     return TASKS_DIR / domain / f"{kind}.json"
+
+
+def scenario_file(domain: str) -> Path:
+    return SCENARIOS_DIR / f"{domain}.yaml"
 
 
 def sha256_file(path: Path) -> str:

@@ -29,7 +29,14 @@ from handoff.tasks import (
     paths,
     split_of,
 )
-from handoff.tasks.derive import ASKS_FOR_HUMAN, COUNTS, KINDS
+from handoff.tasks.derive import (
+    ASKS_FOR_HUMAN,
+    COUNTS,
+    KINDS,
+    gold_changes_db,
+    scenarios,
+    strip_persona_lines,
+)
 from handoff.tasks.labels import (
     ManifestError,
     Override,
@@ -118,14 +125,19 @@ def test_hard_negatives_keep_a_solvable_parent(domain):
         assert not has_gold_transfer(parent) and parent.id not in ASKS_FOR_HUMAN[domain]
         assert any(a.name in write_tools(domain) for a in parent.evaluation_criteria.actions)
         assert task.evaluation_criteria == parent.evaluation_criteria
-        assert task.user_scenario.persona
+        assert task.user_scenario.persona in scenarios(domain)["hard_negative"]["personas"][ref_template(task)]
         instructions = task.user_scenario.instructions
-        assert instructions.reason_for_call == parent.user_scenario.instructions.reason_for_call
-        assert "Never ask for a human agent" in instructions.task_instructions
+        assert instructions.reason_for_call == strip_persona_lines(parent.user_scenario.instructions.reason_for_call)
+        assert any(line in instructions.task_instructions for line in scenarios(domain)["hard_negative"]["no_human"])
+        assert gold_changes_db(domain, parent), "a transfer instead of the gold must fail tau2's DB check"
+
+
+def ref_template(task) -> str:
+    return parse_derived_id(task.id).template
 
 
 ASKS_FOR_A_HUMAN = re.compile(
-    r"(?<!not )(?<!n't )\bask(s)? (to be transferred|for (a )?human|for a supervisor)|transfer to a human"
+    r"(?<!not )(?<!never )(?<!n't )\bask(s)? (to be transferred|for (a )?human|for a supervisor)|transfer to a human"
 )
 
 
@@ -154,10 +166,9 @@ def test_out_of_scope_catalog(domain):
     doc = (ROOT / paths.CATALOG_DOC).read_text()
     assert all(f"`{r.id}`" in doc for r in catalog)
     for task in load_tasks(domain, kinds=["out_of_scope"]):
-        text = task.user_scenario.instructions.reason_for_call
-        assert "{" not in text and "human" not in task.user_scenario.instructions.task_instructions.replace(
-            "Do not ask for a human agent yourself", ""
-        )
+        instructions = task.user_scenario.instructions
+        assert "{" not in instructions.reason_for_call
+        assert not ASKS_FOR_A_HUMAN.search(f"{instructions.reason_for_call} {instructions.task_instructions}".lower())
 
 
 # --- splits -----------------------------------------------------------------------------------------------
@@ -306,7 +317,7 @@ def test_changing_an_override_without_rebuilding_fails_the_check(repo_copy, caps
     with pytest.raises(ManifestError, match="stale"):
         load_labels(repo_copy)
     assert cli_main(["labels", "build", "--root", str(repo_copy)]) == 0
-    assert check(repo_copy) == []
+    assert check(repo_copy, rerun=0) == []
     after = manifest_hashes(repo_copy)
     assert {k for k in before if before[k] != after[k]} == {"overrides_sha256", "labels_sha256", "splits_sha256"}
     assert load_labels(repo_copy)[("airline", "3")].reason == "a different reason"
@@ -322,7 +333,7 @@ def test_check_names_edited_task_files_and_broken_links(repo_copy):
     task_file.write_text(json.dumps(tasks, indent=2))
     labels_file = repo_copy / paths.LABELS_FILE
     labels_file.write_text(labels_file.read_text().replace('"version": 1', '"version": 1 '))
-    problems = "\n".join(check(repo_copy))
+    problems = "\n".join(check(repo_copy, rerun=0))
     assert "splits_v1.json: labels_sha256" in problems and "does not match data/manifests/labels_v1.json" in problems
     assert "recorded sha256 of data/tasks/retail/hard_negative.json does not match" in problems
     assert f"/{tasks[0]['id']}/user_scenario/persona: committed \"calm\"" in problems

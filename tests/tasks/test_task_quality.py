@@ -1,0 +1,213 @@
+"""What a careful annotator checks in the derived tasks (handoff.tasks.audit), each defect class by its
+general form; variety; and the behavioural proof with tau2's own evaluator (the behaviour record)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import handoff  # noqa: F401  (prepares the process for tau2)
+from handoff.tasks import DOMAINS, load_tasks, parse_derived_id, paths
+from handoff.tasks import audit as checks
+from handoff.tasks.behaviour import AGENTS, EXPECTED, run_parallel, task_sha256
+from handoff.tasks.derive import KINDS, product_classes
+from handoff.tasks.manifests import behaviour_problems, derived_tasks, read_behaviour
+from handoff.tasks.upstream import raw_db, upstream_tasks
+
+ROOT = paths.REPO_ROOT
+
+
+def parents(domain: str) -> dict:
+    return {t.id: t for t in upstream_tasks(domain)}
+
+
+def with_text(task, **fields):
+    """A copy of the task whose user instructions have `fields` replaced."""
+    instructions = task.user_scenario.instructions.model_copy(update=fields)
+    return task.model_copy(update={"user_scenario": task.user_scenario.model_copy(update={"instructions": instructions})})
+
+
+def findings(domain: str, kind: str, task) -> set[str]:
+    return {f.check for f in checks.audit(domain, kind, [task], parents(domain), product_classes())}
+
+
+# --- the committed tasks pass every check -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_committed_tasks_pass_the_annotator_checks(domain, kind):
+    tasks = load_tasks(domain, kinds=[kind])
+    assert checks.audit(domain, kind, tasks, parents(domain), product_classes()) == []
+    assert len(tasks) >= {"airline": 20, "retail": 30}[domain]
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_instructions_and_reasons_vary(domain, kind):
+    tasks = load_tasks(domain, kinds=[kind])
+    assert checks.distinct_ratio(tasks) >= 0.8
+    reasons = [t.user_scenario.instructions.reason_for_call for t in tasks]
+    assert len(set(reasons)) / len(reasons) >= 0.8
+    documented = re.search(rf"\| {domain} \| {kind} \| (\d+) \| (\d+) \|", (ROOT / "docs/tasks.md").read_text())
+    assert documented, f"docs/tasks.md reports no distinct-instruction count for {domain}/{kind}"
+    distinct = len({t.user_scenario.instructions.task_instructions for t in tasks})
+    assert documented.groups() == (str(len(tasks)), str(distinct))
+
+
+# --- each defect class, by its general form -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, flagged", [
+    ("You are friendly, patient and cheerful.", True),
+    ("Be courteous and thank the agent warmly.", True),
+    ("You stay calm whatever happens.", True),
+    ("You are organized, optimistic.", True),
+    ("You are happy with a refund to the original payment method.", False),  # a preference, not a trait
+    ("You are not happy with the service.", False),
+    ("You are willing to pay up to $100.", False),
+])
+def test_a_pleasant_trait_on_a_difficult_user_is_found(line, flagged):
+    task = load_tasks("retail", kinds=["hard_negative"])[0]
+    instructions = task.user_scenario.instructions
+    changed = with_text(task, task_instructions=f"{instructions.task_instructions}\n\n{line}")
+    assert ("persona_contradiction" in findings("retail", "hard_negative", changed)) is flagged
+
+
+@pytest.mark.parametrize("line, flagged", [
+    ("Make sure the agent processes the refund today.", True),
+    ("Insist that the customer service agent must cancel the order itself.", True),
+    ("When asked for your order id, give 1234567 first and then the right one.", True),
+    ("Ask the agent to book the cheapest flight.", True),
+    ("Keep asking for a human agent until you are transferred.", False),
+    ("Give your user id if the agent asks for it.", False),
+])
+def test_a_request_for_a_solution_on_a_hand_off_task_is_found(line, flagged):
+    task = load_tasks("airline", kinds=["explicit_request"])[0]
+    changed = with_text(task, task_instructions=f"{task.user_scenario.instructions.task_instructions} {line}")
+    assert ("asks_for_a_solution" in findings("airline", "explicit_request", changed)) is flagged
+
+
+@pytest.mark.parametrize("kind", ["explicit_request", "out_of_scope"])
+def test_a_kept_parent_script_line_is_found(kind):
+    task = load_tasks("retail", kinds=[kind])[0]
+    parent = parents("retail")[parse_derived_id(task.id).parent_id]
+    script = next(s for s in checks.sentences(parent.user_scenario.instructions.reason_for_call) if len(s.split()) >= 6)
+    changed = with_text(task, reason_for_call=f"{task.user_scenario.instructions.reason_for_call}\n\n{script}")
+    assert "parent_script" in findings("retail", kind, changed)
+
+
+def _delivered(predicate) -> tuple[dict, dict, dict]:
+    """(user, order, item) of the first delivered item the predicate accepts."""
+    db = raw_db("retail")
+    for order in sorted(db["orders"].values(), key=lambda o: o["order_id"]):
+        for item in order["items"]:
+            if order["status"] == "delivered" and predicate(item):
+                return db["users"][order["user_id"]], order, item
+    raise AssertionError("no such item in db.json")
+
+
+def _premises(user: dict, reason: str) -> list[str]:
+    task = load_tasks("retail", kinds=["out_of_scope"])[0]
+    changed = with_text(task, reason_for_call=reason, known_info=f"Your email is {user['email']}.")
+    return checks.premise_problems("retail", changed, product_classes())
+
+
+def test_false_retail_premises_are_found_and_true_ones_pass():
+    classes = product_classes()
+    user, order, item = _delivered(lambda i: i["name"] not in classes["powered"] | classes["heat"] | classes["leak"])
+    name, oid = item["name"].lower(), order["order_id"]
+    assert any("powered" in p for p in _premises(user, f"The {name} from order {oid} stopped working."))
+    assert any("heat" in p for p in _premises(user, f"The {name} from order {oid} overheated and burned the desk."))
+    assert any("leak" in p for p in _premises(user, f"The {name} from order {oid} leaked onto the floor."))
+    assert any("not cheaper" in p for p in _premises(user, f"The {name} in order {oid} is now cheaper on the site."))
+    assert any("not 1.00" in p for p in _premises(user, f"You paid $1.00 for the {name} in order {oid}."))
+    assert _premises(user, f"You paid ${item['price']:.2f} for the {name} in order {oid}; another store sells it "
+                           "for less.") == []
+    options = {k for p in raw_db("retail")["products"].values() for v in p["variants"].values() for k in v["options"]}
+    product = raw_db("retail")["products"][item["product_id"]]
+    missing = sorted(options - {k for v in product["variants"].values() for k in v["options"]})[0]
+    assert any(f"no {missing!r} option" in p for p in _premises(
+        user, f"The {name} from order {oid} comes in a {missing} that is out of stock."))
+    in_stock = next(v for v in product["variants"].values() if v["available"])
+    key, value = sorted(in_stock["options"].items())[0]
+    assert any("is in stock" in p for p in _premises(
+        user, f"The {name} from order {oid} is also sold with {key} \"{value}\", but that version is out of stock."))
+    other = next(u for u in raw_db("retail")["users"].values() if oid not in u["orders"])
+    assert any("not the user" in p for p in _premises(other, f"The {name} from order {oid} stopped working."))
+    powered_user, powered_order, powered = _delivered(lambda i: i["name"] in classes["powered"])
+    assert _premises(powered_user, f"The {powered['name'].lower()} from your delivered order "
+                                   f"{powered_order['order_id']} stopped working.") == []
+
+
+def test_a_lost_bag_on_a_reservation_without_bags_is_found():
+    db = raw_db("airline")
+    task = load_tasks("airline", kinds=["out_of_scope"])[0]
+
+    def problems(reservation: dict) -> list[str]:
+        flight = next(f for f in reservation["flights"] if f["date"] < checks.TODAY
+                      and db["flights"][f["flight_number"]]["dates"][f["date"]]["status"] == "landed")
+        reason = f"Your checked bag did not arrive after flight {flight['flight_number']} on {flight['date']}."
+        changed = with_text(task, reason_for_call=reason, known_info=f"Your user id is {reservation['user_id']}.")
+        return checks.premise_problems("airline", changed, product_classes())
+
+    def flown(r: dict) -> bool:
+        return any(f["date"] < checks.TODAY and db["flights"][f["flight_number"]]["dates"][f["date"]]["status"] ==
+                   "landed" for f in r["flights"])
+
+    reservations = sorted(db["reservations"].values(), key=lambda r: r["reservation_id"])
+    assert any("no checked bags" in p for p in problems(next(r for r in reservations
+                                                             if flown(r) and r["total_baggages"] == 0)))
+    assert problems(next(r for r in reservations if flown(r) and r["total_baggages"] > 0)) == []
+
+
+# --- behavioural proof ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def derived():
+    return derived_tasks()
+
+
+def test_the_behaviour_record_covers_every_task_and_meets_the_kinds(derived):
+    assert behaviour_problems(ROOT, derived, rerun=0) == []
+    record = read_behaviour(ROOT)
+    for (domain, kind), tasks in derived.items():
+        for task in tasks:
+            entry = record[domain][task.id]
+            assert entry["sha256"] == task_sha256(task)
+            assert {a: entry[a] for a in EXPECTED[kind]} == EXPECTED[kind]
+
+
+def test_the_record_agrees_with_tau2_on_every_task(derived):
+    """Every derived task again, with tau2's evaluate_simulation on handoff.fasteval's environment
+    (seconds); `handoff labels check` and test_task_sets re-run a sample on tau2's own environment."""
+    record = read_behaviour(ROOT)
+    items = [(d, t, AGENTS) for (d, _), tasks in derived.items() for t in tasks]
+    for (domain, task, _), scores in zip(items, run_parallel(items, workers=1, fast=True)):
+        assert scores == {a: record[domain][task.id][a] for a in AGENTS}, task.id
+
+
+def test_upstream_transfer_only_count_is_documented():
+    labels = json.loads((ROOT / paths.LABELS_FILE).read_text())["labels"]
+    record = read_behaviour(ROOT)
+    for domain in DOMAINS:
+        negatives = [tid for tid, label in labels[domain].items() if label["rule"] == "no_transfer"]
+        passed = sum(record[domain][tid]["transfer_only"] == 1.0 for tid in negatives)
+        sentence = f"{domain}: {passed} of {len(negatives)} upstream `no_transfer` tasks"
+        assert sentence in (ROOT / "docs/tasks.md").read_text(), sentence
+
+
+def test_a_wrong_record_fails_the_check(derived, tmp_path, monkeypatch):
+    doc = json.loads((ROOT / paths.BEHAVIOUR_FILE).read_text())
+    task = derived[("airline", "hard_negative")][0]
+    doc["tasks"]["airline"][task.id]["transfer_only"] = 1.0
+    (tmp_path / paths.BEHAVIOUR_FILE).parent.mkdir(parents=True)
+    (tmp_path / paths.BEHAVIOUR_FILE).write_text(json.dumps(doc))
+    problems = behaviour_problems(tmp_path, derived, rerun=0)
+    assert problems == [f"{paths.BEHAVIOUR_FILE}: airline/{task.id}: transfer_only scored 1.0, expected 0.0"]
+    del doc["tasks"]["retail"][derived[("retail", "out_of_scope")][0].id]
+    (tmp_path / paths.BEHAVIOUR_FILE).write_text(json.dumps(doc))
+    assert any("is not recorded for its current content" in p for p in behaviour_problems(tmp_path, derived, 0))
