@@ -367,17 +367,21 @@ def _fields(domain: str, user_id: str, request: out_of_scope.OutOfScopeRequest) 
 
 
 def _assign_requests(domain: str, parents: list, users: dict) -> list[tuple]:
-    """Give each parent the least used catalog request its user's data can ground (ties: catalog order);
-    returns (parent, request, fields, how often the request was used before)."""
+    """Give each parent the least used catalog request its user's data can ground, avoiding a request its
+    user already makes in another task (ties: catalog order); returns (parent, request, fields, how often
+    the request was used before)."""
     uses = {request.id: 0 for request in out_of_scope.CATALOG[domain]}
+    made: set[tuple[str, str]] = set()  # (user, request) pairs already used
     chosen = []
     for parent in parents:
-        grounded = [(r, f) for r in out_of_scope.CATALOG[domain] if (f := _fields(domain, users[parent.id], r))]
+        user = users[parent.id]
+        grounded = [(r, f) for r in out_of_scope.CATALOG[domain] if (f := _fields(domain, user, r))]
         if not grounded:
             raise ValueError(f"{domain}/{parent.id}: no out-of-scope request fits the user's data")
-        request, fields = min(grounded, key=lambda pair: uses[pair[0].id])
+        request, fields = min(grounded, key=lambda pair: ((user, pair[0].id) in made, uses[pair[0].id]))
         chosen.append((parent, request, fields, uses[request.id]))
         uses[request.id] += 1
+        made.add((user, request.id))
     return chosen
 
 

@@ -266,6 +266,8 @@ def _read_json(path: Path):
 
 
 def _describe(target: Path, fresh: bytes, limit: int = 8) -> list[str]:
+    if target.suffix != ".json":
+        return ["regenerate it"]
     old, new = _read_json(target), json.loads(fresh)
     if old is None:
         return ["the committed file is not valid JSON"]
