@@ -211,3 +211,37 @@ def test_a_wrong_record_fails_the_check(derived, tmp_path, monkeypatch):
     del doc["tasks"]["retail"][derived[("retail", "out_of_scope")][0].id]
     (tmp_path / paths.BEHAVIOUR_FILE).write_text(json.dumps(doc))
     assert any("is not recorded for its current content" in p for p in behaviour_problems(tmp_path, derived, 0))
+
+
+def _patched_scenarios(monkeypatch, edit):
+    from handoff.tasks import derive
+
+    original = derive.scenarios
+
+    def patched(domain: str) -> dict:
+        doc = json.loads(json.dumps(original(domain)))
+        edit(domain, doc)
+        return doc
+
+    monkeypatch.setattr(derive, "scenarios", patched)
+    return derive
+
+
+def test_the_build_refuses_a_contradicting_persona_line(monkeypatch):
+    def edit(domain, doc):
+        doc["hard_negative"]["conduct"]["rude"] = ["You are polite and patient with the agent."]
+
+    derive = _patched_scenarios(monkeypatch, edit)
+    with pytest.raises(ValueError, match="airline/hard_negative: derived tasks fail the checks:\n.*-rude: "
+                                         "persona_contradiction"):
+        derive.build_kind("airline", "hard_negative")
+
+
+def test_the_build_refuses_a_false_premise(monkeypatch):
+    def edit(domain, doc):
+        doc["out_of_scope"]["requests"]["price_match"] = [
+            "The {item} in your delivered order {order_id} is now cheaper on the website; you want the difference."]
+
+    derive = _patched_scenarios(monkeypatch, edit)
+    with pytest.raises(ValueError, match="price_match: false_premise: the .* not cheaper"):
+        derive.build_kind("retail", "out_of_scope")
