@@ -111,7 +111,8 @@ def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep
     for domain in ("airline", "retail"):
         resumed = offline_runs(failed / "wandb", run_id(RunDir(failed), domain))
         assert len(resumed) == (2 if domain == "retail" else 1)
-        assert len({r["dir"].name for r in resumed}) == len(resumed)  # never the same directory
+        # named after their first row, not only the second they started in: never the same directory
+        assert [r["dir"].name.rsplit("-", 1)[1] for r in resumed] == ["from0", "from1"][:len(resumed)]
         assert [r["run"].run_id for r in resumed] == [run_id(RunDir(failed), domain)] * len(resumed)
         expected = history(offline_runs(clean / "wandb", run_id(RunDir(clean), domain)))
         assert [r["_step"] for r in history(resumed)] == [0, 1, 2]
