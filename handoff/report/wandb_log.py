@@ -141,8 +141,9 @@ def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], 
     return sorted(ckpts, key=lambda c: (c[1], c[0])), plan
 
 
-def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row], list[str]]:
-    """The rows of one domain whose place in the history is final, and the checkpoints held back."""
+def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row], list[tuple[str, str]]]:
+    """The rows of one domain whose place in the history is final, and the checkpoints held back
+    (with the incomplete checkpoint each waits for)."""
     ckpts, plan = _planned(run, reduction)
     done = set(reduction.shards)
     groups = {g.model: g for g in reduction.slices() if g.domain == domain}
@@ -151,7 +152,7 @@ def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row
         planned = plan.get((name, domain))
         complete = name in groups and (planned is None or planned <= done)
         if not complete:
-            return rows, [f"{domain}: {c} (waits for {name})" for c, _ in ckpts[i + 1:] if c in groups]
+            return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]
         rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),
                                                             STEP_METRIC: float(step)}))
     return rows, []
@@ -294,15 +295,17 @@ def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | 
     final = {}
     for domain in reduction.domains():
         rows, held = final_rows(run, reduction, domain)
-        final[domain], result.held_back = rows, result.held_back + held
-        rid = run_id(run, domain)
+        rid, final[domain] = run_id(run, domain), rows
         result.run_ids.append(rid)
-        start = len(state.logged(rid))
-        if rows[:start] and [(r.checkpoint, r.step) for r in rows[:start]] != state.logged(rid):
-            result.errors.append(f"{rid}: W&B already holds checkpoints {state.logged(rid)}, which no longer "
-                                 "lead this run's history; W&B cannot rewrite them")
+        logged = state.logged(rid)
+        names = {c for c, _ in logged}
+        result.held_back += [f"{domain}: {c} (waits for {gap})" for c, gap in held if c not in names]
+        start = len(logged)
+        if [(r.checkpoint, r.step) for r in rows[:start]] != logged[:len(rows)]:
+            result.errors.append(f"{rid}: W&B already holds checkpoints {logged}, which no longer lead this "
+                                 "run's history; W&B cannot rewrite them")
             continue
-        if len(rows) <= start:
+        if len(rows) <= start:  # nothing new (or a logged checkpoint's shards are being redone)
             continue
         if logger(f"{run.name}/{domain}", _log_eval_run, reduction, run, domain, rows, start, target, logger_cfg):
             state.record(rid, [(r.checkpoint, r.step) for r in rows])
