@@ -46,7 +46,7 @@ class Recording:
 def _settings():
     from handoff.engine.vllm_engine import EngineSettings
 
-    return EngineSettings(model=model_path(), max_model_len=8192, max_num_seqs=32, cpu_kvcache_gib=1)
+    return EngineSettings(model=model_path(), max_model_len=8192, max_num_seqs=32, kv_cache_gib=1)
 
 
 def episodes_phase(engine, n_tasks: int, threads: int) -> tuple[dict, list]:

@@ -18,6 +18,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
+from handoff.errors import HandoffError
 from handoff.rules.events import FormatEvent
 
 
@@ -52,7 +53,7 @@ class EpisodeRecord(BaseModel):
         return SimulationRun.model_validate(self.simulation)
 
 
-class CorruptShard(Exception):
+class CorruptShard(HandoffError):
     """A shard file that cannot be trusted (bad header, wrong count or checksum)."""
 
 

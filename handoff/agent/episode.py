@@ -27,16 +27,13 @@ from handoff.agent.user import user_completion_tokens
 from handoff.engine.base import Engine, Sampling
 from handoff.records import EpisodeRecord, Usage
 from handoff.rules.events import FormatEvent
+from handoff.settings import EpisodeLimits
 
 
-class EpisodeSettings(BaseModel):
-    """Limits and the agent's sampling for one episode. The user simulator's sampling belongs to
-    its UserSpec (handoff.agent.user), which make_user applies."""
+class EpisodeSettings(EpisodeLimits):
+    """The limits of the sweep's `episode` group plus the agent's sampling and context for one
+    episode. The user simulator's sampling belongs to its UserSpec (handoff.agent.user)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps: int = Field(30, gt=0, description="tau2 orchestrator steps (messages)")
-    max_errors: int = Field(10, gt=0, description="tool errors before tau2 stops the episode")
     agent_sampling: Sampling = Field(default_factory=lambda: Sampling(max_tokens=256))
     max_context_tokens: int = Field(8192, gt=0, description="the agent's prompt + completion limit")
     tool_parser: str = Field("hermes", description="vLLM tool parser name")

@@ -4,9 +4,7 @@ UserSimulator, unchanged). Configurable per sweep with a `UserSpec`."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, Field
+from pydantic import Field
 from tau2.data_model.message import MultiToolMessage, UserMessage
 from tau2.data_model.tasks import Task
 from tau2.environment.tool import Tool
@@ -16,16 +14,13 @@ from tau2.user.user_simulator import UserSimulator
 from handoff.agent.context import completion_text
 from handoff.agent.messages import to_chat_dicts
 from handoff.engine.base import ContextOverflowError, Engine, Sampling
+from handoff.settings import UserSimulatorConfig
 
 
-class UserSpec(BaseModel):
-    """Who plays the user: a hosted model on an engine, or an API model through litellm."""
+class UserSpec(UserSimulatorConfig):
+    """Who plays the user (handoff.settings.UserSimulatorConfig) and, on an engine, its sampling."""
 
-    kind: Literal["engine", "litellm"] = "engine"
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=0.0, max_tokens=128))
-    max_context_tokens: int = Field(8192, gt=0)
-    llm: str | None = Field(None, description="litellm model name (kind=litellm)")
-    llm_args: dict = Field(default_factory=dict, description="litellm arguments (kind=litellm)")
 
 
 class EngineUserSimulator(UserSimulator):

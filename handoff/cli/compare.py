@@ -22,15 +22,11 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from handoff.cli import UsageError
     from handoff.report.compare import compare, format_table, side_scores
-    from handoff.report.rundir import RunDirError
 
     run_b = args.run_b or args.run_a
     if run_b == args.run_a and (args.checkpoint_a is None or args.checkpoint_a == args.checkpoint_b):
         raise UsageError("comparing a run with itself: name two different checkpoints with --a and --b")
-    try:
-        cmp = compare(side_scores(args.run_a, args.checkpoint_a, args.domain),
-                      side_scores(run_b, args.checkpoint_b, args.domain))
-    except RunDirError as exc:
-        raise UsageError(str(exc)) from exc
+    cmp = compare(side_scores(args.run_a, args.checkpoint_a, args.domain),
+                  side_scores(run_b, args.checkpoint_b, args.domain))
     print(cmp.model_dump_json(indent=1) if args.json else format_table(cmp))
     return 0

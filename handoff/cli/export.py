@@ -14,14 +14,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.cli import UsageError
     from handoff.report.export import export_results
-    from handoff.report.rundir import RunDirError
 
-    try:
-        paths = export_results(args.run_dir, args.out)
-    except RunDirError as exc:
-        raise UsageError(str(exc)) from exc
+    paths = export_results(args.run_dir, args.out)
     for path in paths:
         print(path)
     return 0

@@ -14,18 +14,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.cli import UsageError
     from handoff.report import finish_run, reduce_run
-    from handoff.report.rundir import RunDirError
 
-    try:
-        if args.no_wandb:
-            reduction = reduce_run(args.run_dir)
-            print(f"{reduction.n_episodes} episodes reduced: {args.run_dir}/reduced/metrics.json")
-            return 0
-        paths = finish_run(args.run_dir, report=False)
-    except RunDirError as exc:
-        raise UsageError(str(exc)) from exc
+    if args.no_wandb:
+        reduction = reduce_run(args.run_dir)
+        print(f"{reduction.n_episodes} episodes reduced: {args.run_dir}/reduced/metrics.json")
+        return 0
+    paths = finish_run(args.run_dir, report=False)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

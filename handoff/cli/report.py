@@ -13,14 +13,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.cli import UsageError
     from handoff.report import reduce_run, write_report
-    from handoff.report.rundir import RunDirError
 
-    try:
-        paths = write_report(args.run_dir, reduce_run(args.run_dir))
-    except RunDirError as exc:
-        raise UsageError(str(exc)) from exc
+    paths = write_report(args.run_dir, reduce_run(args.run_dir))
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

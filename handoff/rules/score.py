@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from handoff.errors import ConfigError
 from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
@@ -67,8 +68,11 @@ class RewardWeights(BaseModel):
         try:
             data = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"cannot read reward weights {path}: {exc}") from exc
-        return cls.model_validate(data)
+            raise ConfigError(f"cannot read reward weights {path}: {exc}") from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError.from_validation(f"reward weights {path}", exc) from None
 
 
 class RewardTerms(BaseModel):

@@ -16,12 +16,13 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from handoff.errors import HandoffError
 from handoff.rules.events import TERMINATION_INFO_KEY, FormatEvent
 
 TRANSFER_TOOL = "transfer_to_human_agents"
 
 
-class TrajectoryLoadError(ValueError):
+class TrajectoryLoadError(HandoffError, ValueError):
     """A file or object that is not a tau2 SimulationRun / results JSON."""
 
 

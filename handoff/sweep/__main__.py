@@ -1,48 +1,74 @@
-"""`python -m handoff.sweep [key=value ...]`: the Hydra entry point of `make sweep` and
-`make resume RUN=<dir>` (which adds `resume=<dir>`). Exit status: 0 when every shard finished,
-1 when some failed (they are in <run>/failed/), 2 for a bad config or a refused resume.
+"""`python -m handoff.sweep [HYDRA ARGS]` (also `handoff sweep`, `make sweep`, `make resume RUN=<dir>`):
+the Hydra entry point. Its arguments reach Hydra unchanged: overrides, --help, --cfg job, --info,
+-m/--multirun and shell completion all work.
 
-A resume is composed from the overrides recorded in the run's manifest plus the new ones (which
-may name keys of the recorded config groups), so it does not go through @hydra.main's composition
-of the default config.
+Exit status: 0 when every shard finished, 1 when some failed (they are in <run>/failed/) or reducing
+or reporting failed, 2 for a bad config, a bad override or a refused resume (the message, no
+traceback). A multirun runs every job and exits with the highest status of its jobs.
+
+A resume (`resume=<dir>` among plain overrides) is composed from the overrides recorded in the run's
+manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
+through @hydra.main's composition of the default config.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import traceback
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
-from handoff.sweep.config import ConfigError
-from handoff.sweep.manifest import ResumeRefused
-from handoff.sweep.rundir import RunLocked
-from handoff.sweep.run import CONF_DIR, finish, run_sweep
+from handoff.errors import USER_ERROR_STATUS, HandoffError
+from handoff.sweep.run import CONF_DIR, finish, resume_dir, run_sweep
+
+_job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
 
 
-def sweep(cfg: DictConfig, overrides: list[str]) -> int:
+def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") -> int:
+    """One sweep as an exit status. A user error is one line on stderr (2); any other exception is a
+    bug: its traceback is printed (1), and a multirun goes on with its next job."""
     try:
         prepared, summary = run_sweep(cfg, overrides)
-    except (ConfigError, ResumeRefused, RunLocked) as exc:
-        print(f"handoff sweep: {exc}", file=sys.stderr)
-        return 2
-    finish(prepared, summary)
-    return 1 if summary.shards_failed else 0
+        reported = finish(prepared, summary)
+    except HandoffError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return USER_ERROR_STATUS
+    except Exception:  # noqa: BLE001 - a bug: keep its traceback, end this job only
+        traceback.print_exc()
+        return 1
+    return 1 if summary.shards_failed or "report error" in reported else 0
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sweep", version_base=None)
-def main(cfg: DictConfig) -> None:
-    sys.exit(sweep(cfg, list(HydraConfig.get().overrides.task)))
+def _hydra_job(cfg: DictConfig) -> None:
+    # No sys.exit here: that would end a multirun after its first job.
+    _job_statuses.append(sweep(cfg, list(HydraConfig.get().overrides.task)))
 
 
-def resume(argv: list[str]) -> int:
-    run_dir = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")][-1]
-    return sweep(OmegaConf.create({"resume": run_dir}), argv)
+def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
+    """Run Hydra on `argv` (default: sys.argv[1:]) and return the combined exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    run_dir = resume_dir(argv)
+    if run_dir is not None:
+        return sweep(OmegaConf.create({"resume": run_dir}), argv, prog)
+    _job_statuses.clear()
+    if prog == "handoff sweep" and "COMP_LINE" in os.environ:  # completion sees the sweep's own words
+        os.environ["COMP_LINE"] = re.sub(r"^(\s*\S+)\s+sweep\b", r"\1", os.environ["COMP_LINE"])
+    saved, sys.argv = sys.argv, [prog.split()[0], *argv]  # Hydra reads sys.argv; completion uses argv[0]
+    try:
+        _hydra_job()
+    except SystemExit as exc:  # Hydra refused the command line or the config, and printed why
+        if exc.code not in (0, None):
+            return max([USER_ERROR_STATUS, *_job_statuses])
+    finally:
+        sys.argv = saved
+    return max(_job_statuses, default=0)
 
 
 if __name__ == "__main__":
-    if any(a.startswith("resume=") for a in sys.argv[1:]):
-        sys.exit(resume(sys.argv[1:]))
-    main()
+    sys.exit(main())

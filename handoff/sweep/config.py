@@ -15,9 +15,13 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from handoff.engine.base import Sampling
+from handoff.engine.vllm_engine import VLLMOptions
+from handoff.errors import ConfigError
+from handoff.rules.score import RewardWeights
+from handoff.settings import EpisodeLimits, Strict, UserSimulatorConfig
 
 # Keys that say where and how fast a sweep runs, not what it computes: they may change on resume.
 EXECUTION_KEYS = (
@@ -26,14 +30,6 @@ EXECUTION_KEYS = (
     "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.load_timeout_s",
     "engine.script.delay_s",
 )
-
-
-class ConfigError(ValueError):
-    """A composed config that cannot run; the message names the offending keys."""
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelConfig(Strict):
@@ -56,6 +52,9 @@ class ModelConfig(Strict):
         given = [k for k in ("path", "paths", "glob") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of path, paths, glob (got {given or 'none'})")
+        if self.sampling.max_tokens >= self.max_model_len:
+            raise ValueError(f"sampling.max_tokens ({self.sampling.max_tokens}) leaves no room for a prompt "
+                             f"in max_model_len ({self.max_model_len})")
         return self
 
 
@@ -76,12 +75,11 @@ class DomainConfig(Strict):
     name: Literal["airline", "retail"]
 
 
-class UserConfig(Strict):
-    kind: Literal["engine", "litellm"]
+class UserConfig(UserSimulatorConfig):
+    """handoff.settings.UserSimulatorConfig plus the engine's checkpoint (user.kind=engine), whose
+    sampling becomes the UserSpec's."""
+
     model: ModelConfig | None = None
-    max_context_tokens: int = Field(8192, gt=0)
-    llm: str | None = None
-    llm_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _needs(self):
@@ -94,17 +92,14 @@ class UserConfig(Strict):
         return self
 
 
-class EngineConfig(Strict):
+class EngineConfig(VLLMOptions):
+    """The `engine` group: handoff.engine.vllm_engine.VLLMOptions (passed to vLLM as they are) plus
+    how the sweep hosts the engines on Ray."""
+
     kind: Literal["vllm", "scripted"]
     device: Literal["cpu", "gpu"]
     replicas: int = Field(1, ge=1)
-    tensor_parallel_size: int = Field(1, ge=1)
     cpus: float = Field(1.0, gt=0)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    kv_cache_gib: int = Field(1, ge=1)
-    max_num_seqs: int = Field(32, ge=1)
-    enable_prefix_caching: bool = True
-    enforce_eager: bool = True
     max_restarts: int = Field(3, ge=0)
     request_timeout_s: float = Field(600, gt=0)
     load_timeout_s: float = Field(900, gt=0)
@@ -137,16 +132,27 @@ class LoggerConfig(Strict):
 
 
 class TasksConfig(Strict):
+    """The task slice of every domain; `ids` (a list for every domain, or a list per domain, since
+    derived ids differ between domains) replaces split/kinds/offset/limit. Numeric ids may be given
+    as numbers (tasks.ids=[0,1])."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
     split: Literal["train", "test"] | None = "test"
     kinds: list[str] | None = None
-    ids: list[str] | None = None
+    ids: list[str] | dict[str, list[str]] | None = None
     offset: int = Field(0, ge=0)
     limit: int | None = Field(None, ge=1)
 
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str] | None) -> list[str] | None:
+        from handoff.tasks import KINDS
 
-class EpisodeConfig(Strict):
-    max_steps: int = Field(30, ge=2)
-    max_errors: int = Field(4, ge=1)
+        unknown = [k for k in kinds or [] if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown task kind(s) {', '.join(unknown)}: expected some of {', '.join(KINDS)}")
+        return kinds
 
 
 class WorkersConfig(Strict):
@@ -171,13 +177,21 @@ class SweepConfig(Strict):
     engine: EngineConfig
     cluster: ClusterConfig
     logger: LoggerConfig
-    reward: dict[str, Any] = Field(default_factory=dict)
+    reward: RewardWeights
     tasks: TasksConfig
-    episode: EpisodeConfig
+    episode: EpisodeLimits
     workers: WorkersConfig
 
     def domains(self) -> list[str]:
         return sorted(d.name for d in self.domain.values())
+
+    @model_validator(mode="after")
+    def _ids_of_selected_domains(self):
+        ids = self.tasks.ids
+        other = sorted(set(ids) - set(self.domains())) if isinstance(ids, dict) else []
+        if other:
+            raise ValueError(f"tasks.ids: {', '.join(other)} is not a selected domain ({', '.join(self.domains())})")
+        return self
 
 
 def to_container(cfg: DictConfig | dict) -> dict:
@@ -187,25 +201,31 @@ def to_container(cfg: DictConfig | dict) -> dict:
     return data
 
 
-def _key(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc)
+def checkpoint_problems(key: str, path: str) -> list[str]:
+    """Why the checkpoint directory `path` (config key `key`) cannot be served; empty if it can.
+    Every checkpoint of a sweep passes here before Ray starts (the one place to add checks)."""
+    if not Path(path).is_dir():
+        return [f"{key}: checkpoint directory {path} does not exist"]
+    return []
 
 
 def _check_paths(cfg: SweepConfig) -> list[str]:
     errors = []
     for key, m in cfg.model.items():
-        if m.path is not None and not Path(m.path).is_dir():
-            errors.append(f"model.{key}.path: checkpoint directory {m.path} does not exist")
+        if m.path is not None:
+            errors += checkpoint_problems(f"model.{key}.path", m.path)
         for i, p in enumerate(m.paths or []):
-            if not Path(p).is_dir():
-                errors.append(f"model.{key}.paths.{i}: checkpoint directory {p} does not exist")
-        if m.glob is not None and not [p for p in globlib.glob(m.glob) if Path(p).is_dir()]:
-            errors.append(f"model.{key}.glob: no checkpoint directory matches {m.glob}")
+            errors += checkpoint_problems(f"model.{key}.paths.{i}", p)
+        if m.glob is not None:
+            found = [p for p in globlib.glob(m.glob) if Path(p).is_dir()]
+            errors += [e for p in found for e in checkpoint_problems(f"model.{key}.glob", p)]
+            if not found:
+                errors.append(f"model.{key}.glob: no checkpoint directory matches {m.glob}")
         if m.tokenizer is not None and not Path(m.tokenizer).exists():
             errors.append(f"model.{key}.tokenizer: {m.tokenizer} does not exist")
     um = cfg.user.model
-    if cfg.user.kind == "engine" and um is not None and not Path(um.path).is_dir():
-        errors.append(f"user.model.path: checkpoint directory {um.path} does not exist")
+    if cfg.user.kind == "engine" and um is not None:
+        errors += checkpoint_problems("user.model.path", um.path)
     return errors
 
 
@@ -218,11 +238,10 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
     try:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{_key(e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(lines)) from None
+        raise ConfigError.from_validation("sweep config", exc) from None
     errors = _check_paths(sweep) if check_paths else []
     if errors:
-        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(errors))
+        raise ConfigError.of("sweep config", errors)
     return sweep
 
 

@@ -61,20 +61,11 @@ class ScriptedReplay:
 
 def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
     """handoff.engine's EngineSettings for one replica of `checkpoint`."""
-    from handoff.engine.vllm_engine import EngineSettings
+    from handoff.engine.vllm_engine import EngineSettings, VLLMOptions
 
-    return EngineSettings(
-        model=checkpoint.path,
-        tokenizer=checkpoint.tokenizer or checkpoint.path,
-        device=engine.device,
-        tensor_parallel_size=engine.tensor_parallel_size,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
-        cpu_kvcache_gib=engine.kv_cache_gib,
-        max_model_len=checkpoint.max_model_len,
-        max_num_seqs=engine.max_num_seqs,
-        enable_prefix_caching=engine.enable_prefix_caching,
-        enforce_eager=engine.enforce_eager,
-    )
+    return EngineSettings(model=checkpoint.path, tokenizer=checkpoint.tokenizer or checkpoint.path,
+                          max_model_len=checkpoint.max_model_len,
+                          **engine.model_dump(include=set(VLLMOptions.model_fields)))
 
 
 def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:

@@ -8,11 +8,18 @@ import time
 import uuid
 from importlib.metadata import version
 
-from handoff.sweep.config import Checkpoint, SweepConfig, config_hash, diff, result_config
+from handoff.errors import HandoffError
+from handoff.sweep.config import (
+    Checkpoint,
+    SweepConfig,
+    config_hash,
+    diff,
+    result_config,
+)
 from handoff.sweep.plan import Shard
 
 
-class ResumeRefused(RuntimeError):
+class ResumeRefused(HandoffError, RuntimeError):
     """Resuming would mix results computed from different configs, tasks or labels."""
 
 

@@ -47,11 +47,32 @@ def select_tasks(cfg: SweepConfig, domain: str) -> list:
     from handoff.tasks import get_task, load_tasks
 
     t = cfg.tasks
+    if isinstance(t.ids, dict):
+        return [get_task(domain, task_id) for task_id in t.ids.get(domain, [])]
     if t.ids is not None:
-        return [get_task(domain, task_id) for task_id in t.ids]
+        return [task for task_id in t.ids if (task := _find(domain, task_id)) is not None]
     tasks = load_tasks(domain, split=t.split, kinds=t.kinds)
     end = None if t.limit is None else t.offset + t.limit
     return list(tasks)[t.offset:end]
+
+
+def _find(domain: str, task_id: str):
+    from handoff.tasks import get_task
+
+    try:
+        return get_task(domain, task_id)
+    except KeyError:
+        return None
+
+
+def unknown_task_ids(cfg: SweepConfig) -> list[str]:
+    """`tasks.ids...: ...` for each id that no selected domain has (per domain when ids is a dict)."""
+    ids = cfg.tasks.ids
+    if isinstance(ids, dict):
+        return [f"tasks.ids.{d}: unknown {d} task {i!r}" for d, some in ids.items() for i in some
+                if _find(d, i) is None]
+    return [f"tasks.ids: no selected domain ({', '.join(cfg.domains())}) has task {i!r}" for i in ids or []
+            if all(_find(d, i) is None for d in cfg.domains())]
 
 
 def _safe(name: str) -> str:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import traceback
 from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from handoff.sweep.config import (ClusterConfig, ConfigError, SweepConfig, checkpoints, config_hash, to_container,
+from handoff.errors import ConfigError
+from handoff.sweep.config import (ClusterConfig, SweepConfig, checkpoints, config_hash, to_container,
                                   validate)
-from handoff.sweep.driver import Driver, Summary
+from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable
-from handoff.sweep.plan import Shard, plan_shards, select_tasks
+from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -37,18 +39,49 @@ def compose(overrides: list[str]) -> DictConfig:
         return hydra_compose("sweep", overrides=overrides)
 
 
-def _key(override: str) -> str:
-    return override.lstrip("+~").split("=", 1)[0]
+def parse_overrides(overrides: list[str]) -> list:
+    """Hydra's own parse of override strings; a bad one is a ConfigError with Hydra's message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser, parsed = OverridesParser.create(), []
+    for override in overrides:
+        try:
+            parsed.append(parser.parse_override(override))
+        except HydraException as exc:
+            raise ConfigError(f"override {override!r}: {exc}") from None
+    return parsed
+
+
+def _key(override) -> str:
+    """The key (or config group) an override sets, with its package: `+a.b=1` and `a.b=2` share one."""
+    return override.key_or_group + (f"@{override.package}" if override.package else "")
 
 
 def merge_overrides(*groups: list[str]) -> list[str]:
     """Overrides with later values of a key replacing earlier ones."""
     merged: dict[str, str] = {}
     for group in groups:
-        for o in group:
+        for o in parse_overrides(group):
             merged.pop(_key(o), None)
-            merged[_key(o)] = o
+            merged[_key(o)] = o.input_line
     return list(merged.values())
+
+
+def _without(overrides: list[str], *keys: str) -> list[str]:
+    return [o.input_line for o in parse_overrides(overrides) if _key(o) not in keys]
+
+
+def resume_dir(argv: list[str]) -> str | None:
+    """The run directory of `resume=<dir>` when argv holds only overrides (no Hydra flags)."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    try:
+        resumes = [o for o in parse_overrides(argv) if _key(o) == "resume" and not o.is_delete()]
+    except ConfigError:
+        return None  # Hydra reports it
+    value = resumes[-1].value() if resumes else None
+    return str(value) if value else None
 
 
 class Prepared:
@@ -68,6 +101,9 @@ class Prepared:
             self.manifest = recorded
             self.shards = [Shard.model_validate(s) for s in recorded["shards"]]
             return
+        unknown = unknown_task_ids(self.sweep)
+        if unknown:
+            raise ConfigError.of("sweep config", unknown)
         tasks = {d: select_tasks(self.sweep, d) for d in self.sweep.domains()}
         for domain, selected in tasks.items():
             if not selected:
@@ -90,7 +126,7 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     resume = cfg.get("resume")
     if resume:
         return _prepare_resume(str(resume), overrides)
-    prepared = Prepared(cfg, [o for o in overrides if _key(o) != "resume"])
+    prepared = Prepared(cfg, _without(overrides, "resume"))
     if prepared.run.exists():
         raise ConfigError(f"run_dir: {prepared.run.root} already holds a sweep; resume it with "
                           f"`make resume RUN={prepared.run.root}` or choose another run_dir/name")
@@ -104,12 +140,34 @@ def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
     if not run.exists():
         raise ConfigError(f"resume: {run_dir} is not a sweep run directory (no manifest.json)")
     old = run.read_manifest()
-    new = [o for o in overrides if _key(o) not in ("resume", "run_dir")]
-    recorded = merge_overrides(old["overrides"], new, [f"run_dir={run_dir}"])
-    prepared = Prepared(compose(recorded + [f"resume={run_dir}"]), recorded, old)
+    recorded = merge_overrides(old["overrides"], _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
+    prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
     check_resumable(old, prepared.manifest)
     prepared.run.lock()
     return prepared
+
+
+def _compose_resume(overrides: list[str]) -> DictConfig:
+    from hydra.errors import HydraException
+
+    try:
+        return compose(overrides)
+    except HydraException as exc:  # a typo in a resume override: Hydra's message, exit 2
+        raise ConfigError(f"resume: cannot compose the recorded overrides with the new ones: {exc}") from None
+
+
+def local_resources(cluster: ClusterConfig) -> tuple[float, float]:
+    """(CPUs, GPUs) an embedded Ray cluster will have: cluster.num_cpus/num_gpus, else what Ray's
+    own detection finds on this machine."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+
+    gpus = cluster.num_gpus
+    if gpus is None:
+        manager = get_accelerator_manager_for_resource("GPU")
+        visible = manager.get_current_process_visible_accelerator_ids()
+        gpus = manager.get_current_node_num_accelerators()
+        gpus = gpus if visible is None else min(gpus, len(visible))
+    return float(cluster.num_cpus or os.cpu_count() or 1), float(gpus)
 
 
 @contextlib.contextmanager
@@ -143,7 +201,10 @@ def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> t
         driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
         if not driver.pending:
             return prepared, driver.summary()
-        with ray_cluster(prepared.sweep.cluster):
+        cluster = prepared.sweep.cluster
+        if not cluster.address:  # an embedded cluster: its size is known before it starts
+            check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
+        with ray_cluster(cluster):
             return prepared, driver.execute()
     finally:
         prepared.run.unlock()
@@ -157,6 +218,7 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     try:
         paths = reported or finish_run(prepared.run.root, prepared.data)
     except Exception as exc:  # noqa: BLE001 - the shards are safe; `handoff report` can redo this
+        traceback.print_exc()
         paths = {"report error": f"{exc!r} (rerun: handoff reduce / handoff report {prepared.run.root})"}
     lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
              f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",

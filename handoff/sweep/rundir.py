@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from handoff.errors import HandoffError
 from handoff.records import (
     CorruptShard,
     EpisodeRecord,
@@ -29,7 +30,7 @@ from handoff.sweep.plan import Shard
 MANIFEST = "manifest.json"
 
 
-class RunLocked(RuntimeError):
+class RunLocked(HandoffError, RuntimeError):
     """Another driver is running a sweep in this run directory."""
 
 

@@ -66,10 +66,8 @@ class EpisodeWorker:
     def _user_spec(self, user: EngineRef | None):
         from handoff.agent.user import UserSpec
 
-        u = self.cfg.user
         sampling = {"sampling": user.checkpoint.sampling} if user is not None else {}
-        return UserSpec(kind=u.kind, max_context_tokens=u.max_context_tokens, llm=u.llm, llm_args=u.llm_args,
-                        **sampling)
+        return UserSpec(**self.cfg.user.model_dump(exclude={"model"}), **sampling)
 
     def _user(self, spec, task, user: EngineRef | None, session_id: str):
         from handoff.agent.user import make_user
@@ -82,11 +80,8 @@ class EpisodeWorker:
     def _settings(self, ck: Checkpoint):
         from handoff.agent.episode import EpisodeSettings
 
-        return EpisodeSettings(
-            max_steps=self.cfg.episode.max_steps, max_errors=self.cfg.episode.max_errors,
-            agent_sampling=ck.sampling,
-            max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser,
-        )
+        return EpisodeSettings(**self.cfg.episode.model_dump(), agent_sampling=ck.sampling,
+                               max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser)
 
     def _evaluation(self, domain: str) -> dict:
         """handoff.fasteval's evaluator and environment (bit-identical rewards), unless disabled."""

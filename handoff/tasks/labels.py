@@ -15,13 +15,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
 
+from handoff.errors import HandoffError
 from handoff.rules.label import OVERRIDE_PREFIX, Label
 from handoff.tasks import paths
 from handoff.tasks.derive import parse_derived_id
 from handoff.tasks.upstream import DOMAINS, has_gold_transfer
 
 
-class ManifestError(Exception):
+class ManifestError(HandoffError):
     """A task/label/split manifest that is invalid or does not match its inputs."""
 
 

@@ -161,7 +161,7 @@ def test_tiny_model_report_records_training():
 
 
 def test_engine_env_for_cpu_and_gpu():
-    cpu = engine_env(EngineSettings(model="m", device="cpu", cpu_kvcache_gib=2))
+    cpu = engine_env(EngineSettings(model="m", device="cpu", kv_cache_gib=2))
     assert cpu["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert cpu["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert engine_env(EngineSettings(model="m", device="gpu")) == {}

@@ -36,7 +36,7 @@ def test_default_config_is_valid(tmp_path):
     assert cfg.domains() == ["airline", "retail"]
     assert cfg.engine.kind == "vllm" and cfg.engine.device == "cpu"
     assert cfg.user.kind == "engine" and cfg.user.model.path == cfg.model["smollm2"].path
-    assert cfg.logger.mode is None and cfg.reward["task"] == 1.0
+    assert cfg.logger.mode is None and cfg.reward.task == 1.0
 
 
 @pytest.mark.parametrize("overrides, key", [
