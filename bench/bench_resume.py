@@ -53,7 +53,7 @@ def _timed(cmd: list[str], stdin: str | None = None) -> float:
 
 def sweep_overrides(run_dir: str, n_tasks: int) -> list[str]:
     return [f"run_dir={run_dir}", "engine=scripted", "engine.request_timeout_s=900", "domain=[airline]",
-            f"tasks.limit={n_tasks}", "tasks.split=null"]
+            "tasks.per_kind=null", f"tasks.limit={n_tasks}", "tasks.split=null"]
 
 
 def main(argv=None) -> dict:

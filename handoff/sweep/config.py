@@ -133,8 +133,9 @@ class LoggerConfig(Strict):
 
 class TasksConfig(Strict):
     """The task slice of every domain; `ids` (a list for every domain, or a list per domain, since
-    derived ids differ between domains) replaces split/kinds/offset/limit. Numeric ids may be given
-    as numbers (tasks.ids=[0,1])."""
+    derived ids differ between domains) replaces the rest. Numeric ids may be given as numbers
+    (tasks.ids=[0,1]). Otherwise the `split`'s tasks of `kinds`, then either the first `per_kind` of
+    each kind or the first `limit` in all, from `offset` (within each kind)."""
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
@@ -143,6 +144,14 @@ class TasksConfig(Strict):
     ids: list[str] | dict[str, list[str]] | None = None
     offset: int = Field(0, ge=0)
     limit: int | None = Field(None, ge=1)
+    per_kind: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_count(self):
+        if self.limit is not None and self.per_kind is not None:
+            raise ValueError(f"give tasks.limit ({self.limit}) or tasks.per_kind ({self.per_kind}), not both "
+                             "(set the other to null)")
+        return self
 
     @field_validator("kinds")
     @classmethod

@@ -44,16 +44,19 @@ def episode_seed(sweep_seed: int, domain: str, task_id: str, trial: int) -> int:
 
 def select_tasks(cfg: SweepConfig, domain: str) -> list:
     """The tasks of `domain` selected by cfg.tasks, in the task set's order."""
-    from handoff.tasks import get_task, load_tasks
+    from handoff.tasks import KINDS, get_task, load_tasks
 
     t = cfg.tasks
     if isinstance(t.ids, dict):
         return [get_task(domain, task_id) for task_id in t.ids.get(domain, [])]
     if t.ids is not None:
         return [task for task_id in t.ids if (task := _find(domain, task_id)) is not None]
+    if t.per_kind is not None:
+        return [task for kind in t.kinds or KINDS
+                for task in load_tasks(domain, split=t.split, kinds=[kind])[t.offset:t.offset + t.per_kind]]
     tasks = load_tasks(domain, split=t.split, kinds=t.kinds)
     end = None if t.limit is None else t.offset + t.limit
-    return list(tasks)[t.offset:end]
+    return tasks[t.offset:end]
 
 
 def _find(domain: str, task_id: str):

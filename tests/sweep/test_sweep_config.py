@@ -20,9 +20,11 @@ from handoff.sweep.config import (
     validate,
 )
 from handoff.sweep.manifest import ResumeRefused, check_resumable
-from handoff.sweep.plan import Episode, Shard, episode_seed, plan_shards
+from handoff.sweep.plan import Episode, Shard, episode_seed, plan_shards, select_tasks
 from handoff.sweep.run import compose, merge_overrides, run_sweep
 from handoff.sweep.rundir import SweepRun
+from handoff.tasks import KINDS, load_tasks, parse_derived_id, split_of
+from handoff.tasks.labels import label_for
 
 
 def _error(overrides: list[str]) -> str:
@@ -126,6 +128,43 @@ def test_plan_covers_checkpoint_domain_slice_trial(tmp_path):
     assert len(keys) == len(set(keys)) == 2 * 4
     assert len({s.id for s in shards}) == len(shards)
     assert shards[0].id == "smollm2-135m-instruct__airline__t0__0000"
+
+
+def _kind(task_id: str) -> str:
+    ref = parse_derived_id(task_id)
+    return ref.kind if ref else "upstream"
+
+
+def test_default_slice_holds_every_kind_in_every_domain(tmp_path):
+    """The default `make sweep` slice gives every headline metric a value: one test task of each
+    kind per domain, positives (should transfer) and negatives alike."""
+    cfg = validate(compose([f"run_dir={tmp_path}/run"]))
+    for domain in cfg.domains():
+        selected = select_tasks(cfg, domain)
+        assert sorted(_kind(t.id) for t in selected) == sorted(KINDS), domain
+        assert all(split_of(domain, t.id) == "test" for t in selected)
+        labels = {label_for(domain, t.id).should_transfer for t in selected}
+        assert labels == {True, False}, domain
+    shards = plan_shards(cfg, checkpoints(cfg), {d: [t.id for t in select_tasks(cfg, d)] for d in cfg.domains()})
+    assert len([e for s in shards for e in s.episodes]) == 2 * len(KINDS)
+
+
+def test_per_kind_offset_and_kinds(tmp_path):
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "tasks.per_kind=2", "tasks.offset=1",
+                            "tasks.kinds=[hard_negative,upstream]"]))
+    for domain in cfg.domains():
+        expected = [t.id for k in ("hard_negative", "upstream") for t in load_tasks(domain, "test", [k])[1:3]]
+        assert [t.id for t in select_tasks(cfg, domain)] == expected
+
+
+def test_limit_takes_the_first_tasks_in_all(tmp_path):
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "tasks.per_kind=null", "tasks.limit=3"]))
+    assert [t.id for t in select_tasks(cfg, "retail")] == [t.id for t in load_tasks("retail", "test")[:3]]
+
+
+@pytest.mark.parametrize("overrides", [["tasks.limit=3"], ["tasks.per_kind=0"]])
+def test_bad_task_counts_name_the_key(overrides):
+    assert "\n  tasks" in _error(overrides)
 
 
 def test_config_hash_ignores_execution_keys(tmp_path):

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.ray]
 def test_real_engine_sweep_with_engine_kill_then_report(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "handoff.sweep", f"run_dir={run_dir}", "name=real-engine", "domain=[retail]",
-           "tasks.limit=2", "shard_size=1", "workers.processes=1", "workers.threads=1", "episode.max_steps=6",
+           "tasks.per_kind=null", "tasks.limit=2", "shard_size=1", "workers.processes=1", "workers.threads=1", "episode.max_steps=6",
            "model.smollm2.sampling.max_tokens=48", "user.model.sampling.max_tokens=32", "cluster.num_cpus=2",
            "logger.tags=[test]"]
     killed: list = []
