@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from handoff.report.reducer import ALL, GroupMetrics, Reduction  # noqa: E402
 from handoff.rules.metrics import Interval  # noqa: E402
@@ -62,21 +63,51 @@ def _series(groups: list[GroupMetrics], pick) -> tuple[list[int], list[float], l
     return xs, ys, [lo, hi]
 
 
-def over_steps(reduction: Reduction, panels: dict[str, callable], path: Path, title: str) -> Path:
-    """One panel per metric, one line per domain (and all domains), x = checkpoint step."""
+def _step_axis(ax, steps: list[int]) -> float:
+    """Ticks at the checkpoint steps (up to 10) and a span that shows them, even for a single
+    checkpoint (matplotlib would span step ± 0.04). Returns the typical gap between steps."""
+    steps = sorted(set(steps))
+    gap = (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else max(1.0, abs(steps[0]) * 0.1)
+    ax.set_xlim(steps[0] - gap / 2, steps[-1] + gap / 2)
+    if len(steps) <= 10:
+        ax.set_xticks(steps)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return gap
+
+
+def over_steps_figure(reduction: Reduction, panels: dict[str, tuple], title: str):
+    """One panel per metric, one line per domain (and all domains), x = checkpoint step. `panels`:
+    name -> (pick, is_fraction); fractions get a 0..1 y axis, other metrics start at 0."""
     fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels), 3.2))
-    for ax, (name, pick) in zip(axes[0], panels.items()):
-        for domain in reduction.domains() + [ALL]:
+    domains = reduction.domains() + [ALL]
+    for ax, (name, (pick, is_fraction)) in zip(axes[0], panels.items()):
+        gap = _step_axis(ax, [g.step for g in reduction.groups])
+        for i, domain in enumerate(domains):
             groups = [g for g in reduction.groups if g.domain == domain and g.rule == ALL]
             xs, ys, err = _series(groups, pick)
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=domain,
+            dodge = (i - (len(domains) - 1) / 2) * 0.06 * gap  # side by side, not on top of each other
+            ax.errorbar([x + dodge for x in xs], ys, yerr=err, marker="o", capsize=3, label=domain,
                         linestyle="--" if domain == ALL else "-")
+        ax.set_ylim(*((-0.05, 1.05) if is_fraction else (0, max(1.0, ax.get_ylim()[1]))))
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("checkpoint step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title)
-    return _save(fig, path)
+    return fig
+
+
+PRECISION_RECALL = {
+    "precision": (lambda m: m.handoff.precision, True),
+    "recall": (lambda m: m.handoff.recall, True),
+    "F1": (lambda m: m.handoff.f1, True),
+}
+RATES = {
+    "episodes with a policy violation": (lambda m: m.violation_rate["any"], True),
+    "format errors per 100 assistant turns": (lambda m: m.format_errors_per_100_turns["any"], False),
+    "tau2 reward": (lambda m: m.tau2_reward, True),
+}
 
 
 def all_plots(reduction: Reduction, out_dir: Path) -> dict[str, Path]:
@@ -85,14 +116,9 @@ def all_plots(reduction: Reduction, out_dir: Path) -> dict[str, Path]:
         return {}
     return {
         "confusion": confusion_matrices(reduction, out_dir / "confusion.png"),
-        "precision_recall": over_steps(reduction, {
-            "precision": lambda m: m.handoff.precision,
-            "recall": lambda m: m.handoff.recall,
-            "F1": lambda m: m.handoff.f1,
-        }, out_dir / "precision_recall.png", "Hand-off precision and recall (95% intervals)"),
-        "rates": over_steps(reduction, {
-            "episodes with a policy violation": lambda m: m.violation_rate["any"],
-            "format errors per 100 assistant turns": lambda m: m.format_errors_per_100_turns["any"],
-            "tau2 reward": lambda m: m.tau2_reward,
-        }, out_dir / "rates.png", "Violations, format errors and task reward (95% intervals)"),
+        "precision_recall": _save(over_steps_figure(reduction, PRECISION_RECALL,
+                                                    "Hand-off precision and recall (95% intervals)"),
+                                  out_dir / "precision_recall.png"),
+        "rates": _save(over_steps_figure(reduction, RATES, "Violations, format errors and task reward (95% intervals)"),
+                       out_dir / "rates.png"),
     }
