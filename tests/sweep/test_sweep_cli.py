@@ -18,7 +18,7 @@ from handoff.sweep.__main__ import main as sweep_main
 from handoff.sweep.run import compose, merge_overrides, prepare
 
 ENTRIES = {"handoff sweep": ["-m", "handoff", "sweep"], "python -m handoff.sweep": ["-m", "handoff.sweep"]}
-TINY = ["engine=scripted", "domain=[airline]", "tasks.limit=1", "workers.processes=1", "workers.threads=1",
+TINY = ["engine=scripted", "domain=[airline]", "tasks.per_kind=null", "tasks.limit=1", "workers.processes=1", "workers.threads=1",
         "logger.mode=disabled", "cluster.num_cpus=2"]
 
 
