@@ -28,7 +28,7 @@ EXECUTION_KEYS = (
     "run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger",
     "engine.replicas", "engine.cpus", "engine.gpu_memory_utilization", "engine.kv_cache_gib",
     "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.load_timeout_s",
-    "engine.script.delay_s",
+    "engine.script.delay_s", "engine.script.load_delay_s", "engine.script.service_log", "schedule",
 )
 
 
@@ -180,6 +180,7 @@ class SweepConfig(Strict):
     shard_size: int = Field(2, ge=1)
     max_attempts: int = Field(3, ge=1)
     episode_timeout_s: float = Field(1800, gt=0)
+    schedule: Literal["sequential", "rolling"] = "rolling"
     model: dict[str, ModelConfig] = Field(min_length=1)
     domain: dict[str, DomainConfig] = Field(min_length=1)
     user: UserConfig

@@ -26,6 +26,7 @@ from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig
 from handoff.sweep.engines import EngineHost, actor_env
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.rundir import SweepRun
+from handoff.sweep.schedule import Fixed, Rolling
 from handoff.sweep.worker import EngineRef, EpisodeWorker
 
 
@@ -48,6 +49,7 @@ class Inflight:
     episode: Episode
     worker: int
     attempt: int
+    slot: object = None  # the rolling schedule's engine slot
     started: float = field(default_factory=time.monotonic)
 
 
@@ -60,6 +62,11 @@ class Summary:
     episode_failures: int
     wall_s: float
     ran: bool = False  # whether any shard was run (a resume of a finished run runs none)
+
+
+def _queue(states: list[ShardState]) -> deque:
+    """The episodes of these shards not recorded yet, in plan order."""
+    return deque((st, ep) for st in states for ep in st.shard.episodes if ep.key not in st.records)
 
 
 def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float) -> None:
@@ -77,8 +84,9 @@ def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float
 
 class Driver:
     def __init__(self, cfg: SweepConfig, run: SweepRun, ckpts: list[Checkpoint], shards: list[Shard],
-                 progress: bool = True):
+                 progress: bool = True, worker_cls: type = EpisodeWorker):
         self.cfg, self.run, self.ckpts = cfg, run, ckpts
+        self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
         self.failures = 0
@@ -105,15 +113,18 @@ class Driver:
     def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
         return user is not None and self.cfg.engine.kind != "scripted" and ck.path == user.path
 
-    def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
+    def new_engine(self, ck: Checkpoint, role: str):
+        """One engine replica's actor; it loads `ck` on its first call."""
         e = self.cfg.engine
         actor = self.ray.remote(EngineHost).options(
             num_cpus=e.cpus, num_gpus=e.num_gpus, max_restarts=e.max_restarts, max_task_retries=-1,
             max_concurrency=1000, runtime_env={"env_vars": actor_env(ck, e)},
         )
-        replicas = [actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
-                    for _ in range(e.replicas)]
-        self.ray.get([r.ready.remote() for r in replicas], timeout=e.load_timeout_s)
+        return actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
+
+    def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
+        replicas = [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)]
+        self.ray.get([r.ready.remote() for r in replicas], timeout=self.cfg.engine.load_timeout_s)
         return EngineRef(ck, replicas)
 
     def stop_engines(self, ref: EngineRef | None) -> None:
@@ -130,7 +141,7 @@ class Driver:
             n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
         # A killed worker is restarted by Ray and its episodes retried there (max_task_retries);
         # what still fails reaches the driver and costs the shard an attempt.
-        actor = self.ray.remote(EpisodeWorker).options(
+        actor = self.ray.remote(self.worker_cls).options(
             num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=self.cfg.max_attempts)
         config = self.cfg.model_dump(mode="json")
         self.workers = [actor.remote(config) for _ in range(n)]
@@ -166,7 +177,9 @@ class Driver:
                 self.start_workers(missing)
                 user_ref = self.start_engines(user_ck, "user") if user_ck is not None else None
                 self.wait_workers()  # they import tau2 while the engines load
-            for ck in self.ckpts:
+            if pending and self.cfg.schedule == "rolling":
+                self._run_rolling(pending, user_ck, user_ref, bar)
+            for ck in self.ckpts if self.cfg.schedule == "sequential" else []:
                 mine = [st for st in pending if st.shard.model == ck.name]
                 if mine:
                     self._run_checkpoint(ck, mine, user_ck, user_ref, bar)
@@ -212,34 +225,57 @@ class Driver:
             if not shared:
                 self.stop_engines(agent_ref)
 
+    def _run_rolling(self, pending: list[ShardState], user_ck: Checkpoint | None, user_ref: EngineRef | None,
+                     bar) -> None:
+        """Every checkpoint at once on engine slots that move on as work runs out (schedule.Rolling)."""
+        queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in self.ckpts}
+        queues = {name: q for name, q in queues.items() if q}
+        pinned = {ck.name: EngineRef(ck, user_ref.replicas) for ck in self.ckpts
+                  if ck.name in queues and self._shares_user_engine(ck, user_ck)}
+        cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
+        placement = Rolling(self, self.ckpts, queues, cap, pinned)
+        try:
+            self._dispatch(placement, user_ref, bar)
+        finally:
+            placement.stop()
+
     def _run_shards(self, states: list[ShardState], agent: EngineRef, user: EngineRef | None, bar) -> None:
-        queue = deque((st, ep) for st in states for ep in st.shard.episodes if ep.key not in st.records)
+        self._dispatch(Fixed(_queue(states), agent), user, bar)
+
+    def _dispatch(self, placement, user: EngineRef | None, bar) -> None:
+        """Feed the placement's episodes to the workers until none is queued or in flight."""
         inflight: dict = {}
         capacity = len(self.workers) * self.cfg.workers.threads
-        while queue or inflight:
-            while queue and len(inflight) < capacity:
-                st, ep = queue.popleft()
-                if st.failed:
-                    continue
+        while placement.has_work() or inflight:
+            for st, ep, agent, slot in placement.take(capacity - len(inflight)):
                 w = min(range(len(self.workers)), key=self.load.__getitem__)
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, user)
-                inflight[ref] = Inflight(st, ep, w, st.attempt)
+                inflight[ref] = Inflight(st, ep, w, st.attempt, slot)
                 self.load[w] += 1
-            ready, _ = self.ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            loads = placement.loads()
+            ready, _ = self.ray.wait(list(inflight) + loads, num_returns=1, timeout=1.0)
             for ref in ready:
+                if ref not in inflight:
+                    placement.loaded(ref)
+                    continue
                 item = inflight.pop(ref)
                 self.load[item.worker] -= 1
                 try:
                     record = EpisodeRecord.model_validate(self.ray.get(ref, timeout=60))
                 except Exception as exc:  # noqa: BLE001 - every failure is an attempt of the shard
-                    self._failed(item, exc, queue, bar)
+                    placement.finished(item.slot, None)
+                    self._failed(item, exc, placement, bar)
                     continue
+                placement.finished(item.slot, record)
                 self._record(item.state, record, bar)
+            if loads:
+                placement.check_load_timeouts()
             for ref, item in list(inflight.items()):
                 if time.monotonic() - item.started > self.cfg.episode_timeout_s:
                     inflight.pop(ref)
                     self.load[item.worker] -= 1
-                    self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"), queue, bar)
+                    placement.finished(item.slot, None)
+                    self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"), placement, bar)
 
     def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:
         if record.key in st.records:  # a late duplicate (e.g. after a timeout): keep the first
@@ -259,7 +295,7 @@ class Driver:
             st.failed = True
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
 
-    def _failed(self, item: Inflight, exc: Exception, queue: deque, bar) -> None:
+    def _failed(self, item: Inflight, exc: Exception, placement, bar) -> None:
         st = item.state
         self.failures += 1
         st.last_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
@@ -268,7 +304,7 @@ class Driver:
         if st.attempt > self.cfg.max_attempts:
             self._give_up(st, st.last_error)
         else:
-            queue.appendleft((st, item.episode))
+            placement.requeue(st, item.episode)
         self._postfix(bar)
 
     def _postfix(self, bar) -> None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import re
+import time
 import uuid
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -26,13 +29,48 @@ from handoff.sweep.config import Checkpoint, EngineConfig
 
 class ScriptConfig(BaseModel):
     """engine.script for kind=scripted: completions per role, chosen statelessly from the prompt
-    (the number of assistant turns already in it), so that a restarted actor replays the same."""
+    (the number of assistant turns already in it), so that a restarted actor replays the same.
+
+    Timing, to stand in for an accelerator: a replica takes `load_delay_s` to load a checkpoint,
+    and serves each request in `delay_s` with at most engine.max_num_seqs requests at once (a
+    batch); more wait their turn. With `service_log` set, every replica appends one line per served
+    request, `<replica pid> <checkpoint> <start> <end>` (time.time()), for bench.bench_schedule."""
 
     agent: list[str]
     user: list[str]
     delay_s: float = 0.0
+    load_delay_s: float = 0.0
     turn_marker: str = "<|im_start|>assistant"
     fail_sessions: str | None = None  # regex: requests of matching sessions raise (a broken episode)
+    service_log: str | None = None
+
+
+class _Tokenizer:
+    """The part of a transformers tokenizer the scripted engine uses, over `tokenizers` alone."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        eos = json.loads((path / "tokenizer_config.json").read_text())["eos_token"]
+        self.eos_token_id = self._tok.token_to_id(eos if isinstance(eos, str) else eos["content"])
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def light_tokenizer(path: str):
+    """The checkpoint's tokenizer without importing transformers (6 s of CPU) when it has a
+    tokenizer.json, so that a scripted replica starts in well under its load_delay_s."""
+    p = Path(path)
+    if (p / "tokenizer.json").is_file() and (p / "tokenizer_config.json").is_file():
+        return _Tokenizer(p)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 class ScriptedReplay:
@@ -41,11 +79,10 @@ class ScriptedReplay:
 
     OFFSET = {"agent": 2, "user": 1}  # markers in the role's first prompt (generation prompt included)
 
-    def __init__(self, checkpoint: Checkpoint, script: ScriptConfig, role: str):
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(checkpoint.tokenizer or checkpoint.path)
-        self.script, self.role = script, role
+    def __init__(self, checkpoint: Checkpoint, script: ScriptConfig, role: str, max_num_seqs: int = 1 << 30):
+        self.tokenizer = light_tokenizer(checkpoint.tokenizer or checkpoint.path)
+        self.checkpoint, self.script, self.role = checkpoint, script, role
+        self.batch = asyncio.Semaphore(max_num_seqs)
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
         from handoff.engine.scripted import ScriptedEngine
@@ -53,10 +90,19 @@ class ScriptedReplay:
         completions = getattr(self.script, self.role)
         turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[self.role]
         completion = completions[min(max(turns, 0), len(completions) - 1)]
-        await asyncio.sleep(self.script.delay_s)
+        async with self.batch:
+            started = time.time()
+            await asyncio.sleep(self.script.delay_s)
+            self._log_service(started)
         if self.script.fail_sessions and re.search(self.script.fail_sessions, request_id):
             raise RuntimeError(f"scripted failure for {request_id}")
         return ScriptedEngine(self.tokenizer, [completion]).generate(prompt_ids, sampling)
+
+    def _log_service(self, started: float) -> None:
+        if self.script.service_log:
+            line = f"{os.getpid()} {self.checkpoint.name} {started:.6f} {time.time():.6f}\n"
+            with open(self.script.service_log, "a") as f:  # one short O_APPEND write: lines never mix
+                f.write(line)
 
 
 def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
@@ -77,8 +123,15 @@ def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:
     return {k: str(v) for k, v in engine_env(engine_settings(checkpoint, engine)).items()}
 
 
+class StaleCheckpoint(RuntimeError):
+    """A request for a checkpoint other than the one the replica holds now (a late request of an
+    episode the driver already gave up, after the replica moved on to another checkpoint)."""
+
+
 class EngineHost:
-    """One engine replica (use through ray.remote: an async actor)."""
+    """One engine replica (use through ray.remote: an async actor). `load` switches it to another
+    checkpoint in place (the rolling schedule); each request names the checkpoint it expects, and a
+    replica that Ray restarted (constructed with its first checkpoint) loads the requested one."""
 
     def __init__(self, checkpoint: dict, engine: dict, role: str):
         self.checkpoint = Checkpoint.model_validate(checkpoint)
@@ -87,25 +140,45 @@ class EngineHost:
         self._engine = None
         self._loading = asyncio.Lock()
 
-    async def _ensure(self):
+    async def _ensure(self, expected: Checkpoint | None = None):
         async with self._loading:
+            if expected is not None and expected != self.checkpoint:
+                if self._engine is not None:
+                    raise StaleCheckpoint(f"replica holds {self.checkpoint.name}, request is for {expected.name}")
+                self.checkpoint = expected
             if self._engine is None:
-                if self.config.kind == "scripted":
-                    script = ScriptConfig.model_validate(self.config.script)
-                    self._engine = ScriptedReplay(self.checkpoint, script, self.role)
-                else:
-                    from handoff.engine.vllm_engine import AsyncVLLMEngine
-
-                    self._engine = AsyncVLLMEngine(engine_settings(self.checkpoint, self.config))
+                self._engine = await self._build()
         return self._engine
+
+    async def _build(self):
+        if self.config.kind == "scripted":
+            script = ScriptConfig.model_validate(self.config.script)
+            await asyncio.sleep(script.load_delay_s)
+            return ScriptedReplay(self.checkpoint, script, self.role, self.config.max_num_seqs)
+        from handoff.engine.vllm_engine import AsyncVLLMEngine
+
+        return AsyncVLLMEngine(engine_settings(self.checkpoint, self.config))
 
     async def ready(self) -> int:
         """Load the checkpoint now; return this replica's pid."""
         await self._ensure()
         return os.getpid()
 
-    async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str) -> dict:
-        engine = await self._ensure()
+    async def load(self, checkpoint: dict) -> int:
+        """Hold `checkpoint` from now on: stop the current engine and load it in this process."""
+        ck = Checkpoint.model_validate(checkpoint)
+        async with self._loading:
+            if ck != self.checkpoint or self._engine is None:
+                if hasattr(self._engine, "shutdown"):
+                    self._engine.shutdown()
+                self._engine, self.checkpoint = None, ck
+                self._engine = await self._build()
+        return os.getpid()
+
+    async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
+                       checkpoint: dict | None = None) -> dict:
+        expected = Checkpoint.model_validate(checkpoint) if checkpoint is not None else None
+        engine = await self._ensure(expected)
         generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
         return generation.model_dump()
 
@@ -120,15 +193,16 @@ def route(session_id: str | None, n: int) -> int:
 class RayEngineClient:
     """A synchronous Engine over the replicas of one checkpoint, with sticky session routing."""
 
-    def __init__(self, replicas: list, timeout_s: float):
+    def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None):
         self.replicas, self.timeout_s = list(replicas), timeout_s
+        self.checkpoint = checkpoint.model_dump(mode="json") if checkpoint is not None else None
 
     def generate(self, prompt_ids: list[int], sampling: Sampling, session_id: str | None = None) -> Generation:
         import ray
 
         replica = self.replicas[route(session_id, len(self.replicas))]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
-        ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id)
+        ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint)
         try:
             return Generation.model_validate(ray.get(ref, timeout=self.timeout_s))
         except ray.exceptions.RayTaskError as exc:

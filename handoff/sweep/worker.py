@@ -61,7 +61,7 @@ class EpisodeWorker:
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
     def _client(self, ref: EngineRef) -> RayEngineClient:
-        return RayEngineClient(ref.replicas, self.cfg.engine.request_timeout_s)
+        return RayEngineClient(ref.replicas, self.cfg.engine.request_timeout_s, ref.checkpoint)
 
     def _user_spec(self, user: EngineRef | None):
         from handoff.agent.user import UserSpec

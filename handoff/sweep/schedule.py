@@ -1,0 +1,192 @@
+"""Where each episode runs and when engines load: the sweep's two schedules (`schedule=`).
+
+- `sequential`: one checkpoint at a time: load all its replicas, run its episodes, wait for the
+  slowest, stop the engines, load the next (`Fixed`: one checkpoint's queue on its engines).
+- `rolling` (`Rolling`): each agent replica is a slot that holds one checkpoint at a time. Episodes
+  go to the least busy slot holding their checkpoint, each pinned to that one replica (sticky: the
+  prefix cache serves all its turns). A slot whose checkpoint has nothing left to dispatch and
+  nothing in flight on it moves on at once, loading the earliest checkpoint that still has more
+  queued work than its slots have room for (in place: `EngineHost.load`, no new process), while the
+  other slots finish their episodes. Each checkpoint's episodes are dispatched longest first, by
+  what the same task and trial took on earlier checkpoints, so that the last ones are short.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from handoff.sweep.config import Checkpoint
+from handoff.sweep.worker import EngineRef
+
+
+class Fixed:
+    """The sequential schedule's placement: one checkpoint's episodes on its loaded engines."""
+
+    def __init__(self, queue: deque, engines: EngineRef):
+        self.queue, self.engines = queue, engines
+
+    def has_work(self) -> bool:
+        return bool(self.queue)
+
+    def take(self, n: int) -> list[tuple]:
+        out = []
+        while self.queue and len(out) < n:
+            st, ep = self.queue.popleft()
+            if not st.failed:
+                out.append((st, ep, self.engines, None))
+        return out
+
+    def requeue(self, st, ep) -> None:
+        self.queue.appendleft((st, ep))
+
+    def finished(self, slot, record) -> None:
+        pass
+
+    def loads(self) -> list:
+        return []
+
+
+@dataclass
+class Slot:
+    actor: Any
+    cap: int
+    engines: EngineRef | None = None  # the checkpoint it holds, ready
+    loading: Any = None  # ObjectRef of a load in progress
+    target: Checkpoint | None = None
+    load_started: float = 0.0
+    inflight: int = 0
+    pinned: bool = False  # the user simulator's engines serving a checkpoint they share
+
+    @property
+    def holds(self) -> str | None:
+        ck = self.target if self.loading is not None else (self.engines.checkpoint if self.engines else None)
+        return ck.name if ck else None
+
+
+@dataclass
+class Work:
+    """Each checkpoint's queued episodes; `took` learns episode times by (domain, task, trial)."""
+
+    queues: dict[str, deque]
+    took: dict[tuple, float] = field(default_factory=dict)
+
+    def pop(self, name: str):
+        q = self.queues[name]
+        while q:
+            st, ep = q.popleft()
+            if not st.failed:
+                return st, ep
+        return None
+
+    def queued(self, name: str) -> int:
+        return sum(1 for st, _ in self.queues[name] if not st.failed)
+
+    def longest_first(self, name: str) -> None:
+        """Episodes never seen first (plan order), then by the time they took before, longest first."""
+        key = lambda item: -self.took.get((item[1].domain, item[1].task_id, item[1].trial), math.inf)  # noqa: E731
+        self.queues[name] = deque(sorted(self.queues[name], key=key))
+
+
+class Rolling:
+    """The rolling schedule's placement over `replicas` agent slots (see the module docstring)."""
+
+    def __init__(self, driver, ckpts: list[Checkpoint], queues: dict[str, deque], cap: int,
+                 pinned: dict[str, EngineRef]):
+        self.driver, self.ckpts = driver, [c for c in ckpts if c.name in queues]
+        self.work = Work(queues)
+        self.slots = [Slot(None, cap * len(ref.replicas), engines=ref, pinned=True) for ref in pinned.values()]
+        for _ in range(driver.cfg.engine.replicas):
+            slot = Slot(None, cap)
+            target = self._target()
+            if target is None:
+                break
+            slot.actor = driver.new_engine(target, "agent")
+            self._begin_load(slot, target, slot.actor.ready.remote())
+            self.slots.append(slot)
+
+    # -- what the driver's loop calls -------------------------------------------------------------
+    def has_work(self) -> bool:
+        return any(self.work.queued(c.name) for c in self.ckpts)
+
+    def take(self, n: int) -> list[tuple]:
+        self._move_free_slots()
+        out = []
+        while len(out) < n:
+            open_slots = [s for s in self.slots if s.engines and s.loading is None and s.inflight < s.cap
+                          and self.work.queued(s.engines.checkpoint.name)]
+            if not open_slots:
+                break
+            slot = min(open_slots, key=lambda s: s.inflight / s.cap)
+            st, ep = self.work.pop(slot.engines.checkpoint.name)
+            slot.inflight += 1
+            out.append((st, ep, slot.engines, slot))
+        return out
+
+    def requeue(self, st, ep) -> None:
+        self.work.queues[ep.model].appendleft((st, ep))
+
+    def finished(self, slot: Slot, record) -> None:
+        slot.inflight -= 1
+        if record is not None:
+            self.work.took[(record.domain, record.task_id, record.trial)] = record.wall_s
+
+    def loads(self) -> list:
+        return [s.loading for s in self.slots if s.loading is not None]
+
+    def loaded(self, ref) -> None:
+        slot = next(s for s in self.slots if s.loading == ref)
+        try:
+            self.driver.ray.get(ref, timeout=60)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
+            self._load_failed(slot, repr(exc))
+            return
+        slot.engines, slot.loading = EngineRef(slot.target, [slot.actor]), None
+        self.work.longest_first(slot.target.name)
+
+    def check_load_timeouts(self) -> None:
+        limit = self.driver.cfg.engine.load_timeout_s
+        for slot in self.slots:
+            if slot.loading is not None and time.monotonic() - slot.load_started > limit:
+                self.driver.ray.kill(slot.actor, no_restart=False)  # Ray restarts it, empty
+                self._load_failed(slot, f"no engine after engine.load_timeout_s={limit}s")
+
+    def stop(self) -> None:
+        for slot in self.slots:
+            if not slot.pinned and slot.actor is not None:
+                self.driver.ray.kill(slot.actor)
+
+    # -- slots ------------------------------------------------------------------------------------
+    def _target(self) -> Checkpoint | None:
+        """The earliest checkpoint with more queued episodes than its slots have room for."""
+        for ck in self.ckpts:
+            room = sum(s.cap for s in self.slots if s.holds == ck.name)
+            if self.work.queued(ck.name) > room:
+                return ck
+        return None
+
+    def _move_free_slots(self) -> None:
+        for slot in self.slots:
+            if slot.pinned or slot.loading is not None or slot.inflight:
+                continue
+            if slot.engines is not None and self.work.queued(slot.engines.checkpoint.name):
+                continue
+            held, slot.engines = slot.engines, None  # its room does not count for _target
+            target = self._target()
+            if target is None:
+                slot.engines = held
+            else:
+                self._begin_load(slot, target, slot.actor.load.remote(target.model_dump(mode="json")))
+
+    def _begin_load(self, slot: Slot, target: Checkpoint, ref) -> None:
+        slot.target, slot.loading, slot.load_started = target, ref, time.monotonic()
+
+    def _load_failed(self, slot: Slot, error: str) -> None:
+        name = slot.target.name
+        slot.loading = slot.engines = None
+        for st in {id(st): st for st, _ in self.work.queues[name]}.values():
+            self.driver._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
+        self.work.queues[name].clear()
