@@ -142,6 +142,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--overcommit", type=float, default=2.0,
                         help="concurrent episodes (workers x threads) per replica batch slot")
     parser.add_argument("--schedules", default="baseline,handoff")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories and service logs")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     import ray
@@ -158,7 +159,8 @@ def main(argv=None) -> dict:
         results = {name: run_schedule(args, root, name, SCHEDULES[name]) for name in args.schedules.split(",")}
     finally:
         ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     service = sum(turns.values()) * args.trials * args.checkpoints * args.request_s
     lower_bound = service / (args.slots * args.max_num_seqs) + args.load_s
     for r in results.values():
@@ -175,6 +177,7 @@ def main(argv=None) -> dict:
         **results,
         "lower_bound_wall_s": round(lower_bound, 1),
         "load_average_1m_at_end": os.getloadavg()[0],
+        **({"kept": str(root)} if args.keep else {}),
     }
     report("bench_schedule", result, args.out)
     return result

@@ -1,0 +1,95 @@
+"""The schedules: the rolling schedule records the same episodes as the sequential one while its
+engine replicas move from checkpoint to checkpoint in place; the scripted engine's load delay,
+batch limit and checkpoint check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import handoff  # noqa: F401
+from bench.scripted import model_path
+from handoff.sweep.config import Checkpoint, to_container
+from handoff.sweep.engines import EngineHost, StaleCheckpoint
+from handoff.sweep.run import compose, run_sweep
+from tests.sweep.test_sweep_faults import result_set
+
+
+def _checkpoints(root: Path, n: int) -> str:
+    for step in range(1, n + 1):
+        (root / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+    return f"{root}/global_step_*"
+
+
+def _sweep(run_dir: Path, ckpt_glob: str, schedule: str, log: Path):
+    overrides = ["engine=scripted", "domain=[retail]", "tasks.limit=2", "shard_size=2", "workers.processes=2",
+                 "workers.threads=1", "model=[checkpoints]", f"model.checkpoints.glob={ckpt_glob}",
+                 f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes",
+                 "engine.replicas=2", "engine.script.delay_s=0.05", f"engine.script.service_log={log}",
+                 f"schedule={schedule}", f"run_dir={run_dir}"]
+    return run_sweep(compose(overrides), overrides, progress=False)
+
+
+def _served(log: Path) -> dict[str, list[str]]:
+    """The agent checkpoints each replica process served, in time order (the user's left out)."""
+    rows = sorted((float(start), pid, ck) for pid, ck, start, _ in (line.split() for line in log.read_text().splitlines()))
+    out = defaultdict(list)
+    for _, pid, ck in rows:
+        if ck.startswith("policy-step") and (not out[pid] or out[pid][-1] != ck):
+            out[pid].append(ck)
+    return dict(out)
+
+
+@pytest.mark.ray
+def test_rolling_schedule_equals_sequential_and_reloads_in_place(ray_cluster, tmp_path):
+    ckpts = _checkpoints(tmp_path / "ckpts", 3)
+    _, seq = _sweep(tmp_path / "seq", ckpts, "sequential", tmp_path / "seq.log")
+    _, rolling = _sweep(tmp_path / "rolling", ckpts, "rolling", tmp_path / "rolling.log")
+    assert seq.episodes_done == rolling.episodes_done == 6 and not rolling.shards_failed
+    assert result_set(tmp_path / "rolling") == result_set(tmp_path / "seq")
+    sequential, moved = _served(tmp_path / "seq.log"), _served(tmp_path / "rolling.log")
+    assert all(len(cks) == 1 for cks in sequential.values())  # new replicas for each checkpoint
+    assert len(moved) == 2  # the same two replica processes served all three checkpoints, one after another
+    assert sorted(ck for cks in moved.values() for ck in cks) == ["policy-step1", "policy-step2", "policy-step3"]
+
+
+def _host(tmp_path: Path, name: str, **script) -> tuple[EngineHost, Checkpoint]:
+    ck = Checkpoint(name=name, path=model_path(), step=0, tokenizer=None, chat_template=None, tool_parser="hermes",
+                    max_model_len=8192, sampling={})
+    engine = to_container(compose(["engine=scripted", "engine.max_num_seqs=2"]))["engine"]
+    config = {**engine, "script": {**engine["script"], **script, "service_log": str(tmp_path / "service.log")}}
+    return EngineHost(ck.model_dump(mode="json"), config, "agent"), ck
+
+
+def test_scripted_engine_serves_at_most_max_num_seqs_at_once(tmp_path):
+    host, ck = _host(tmp_path, "a", delay_s=0.2)
+
+    async def main():
+        await asyncio.gather(*(host.generate([1, 2], {}, f"s{i}/r") for i in range(5)))
+
+    asyncio.run(main())
+    spans = [tuple(map(float, line.split()[2:])) for line in (tmp_path / "service.log").read_text().splitlines()]
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = [sum(d for _, d in events[:i + 1]) for i in range(len(events))]
+    assert len(spans) == 5 and max(running) == 2
+
+
+def test_replica_switches_checkpoint_and_refuses_stale_requests(tmp_path):
+    host, a = _host(tmp_path, "a", load_delay_s=0.3)
+    b = a.model_copy(update={"name": "b"})
+
+    async def main():
+        await host.ready()
+        await host.load(b.model_dump(mode="json"))
+        await host.generate([1, 2], {}, "s/r", b.model_dump(mode="json"))
+        with pytest.raises(StaleCheckpoint, match="holds b, request is for a"):
+            await host.generate([1, 2], {}, "s/r", a.model_dump(mode="json"))
+        restarted, _ = _host(tmp_path, "a")  # as Ray restarts a crashed replica: with its first checkpoint
+        await restarted.generate([1, 2], {}, "s/r", b.model_dump(mode="json"))
+        return restarted.checkpoint.name
+
+    assert asyncio.run(main()) == "b"
+    assert [line.split()[1] for line in (tmp_path / "service.log").read_text().splitlines()] == ["b", "b"]
