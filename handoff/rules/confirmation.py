@@ -2,8 +2,9 @@
 
 A message confirms when one of its clauses holds an affirmative (yes, confirm, go ahead, ...) that
 is not negated: no negation within the three words before it in its clause, nor right after it.
-A message that opens with a refusal ("No, please do not proceed") never confirms. Clauses end at
-punctuation. Known limitation (spec): the check is lexical, so "Okay, but actually no" confirms.
+A message that opens with a refusal phrase ("No, please do not proceed", "Please don't cancel it,
+okay?") never confirms; "Don't worry", "not a problem", "never mind" are not refusals. Clauses end
+at punctuation. The check is lexical: docs/rules.md lists what it misses.
 """
 
 from __future__ import annotations
@@ -21,8 +22,17 @@ AFFIRMATIVES: tuple[tuple[str, ...], ...] = tuple(
 NEGATORS = frozenset(
     {"no", "not", "never", "nope", "nah", "cannot", "neither", "nor", "dont", "didnt", "doesnt", "isnt", "cant", "wont"}
 )  # plus every word ending in n't
-REFUSAL_OPENERS = frozenset({"no", "nope", "nah", "not", "never", "don't", "dont", "negative", "stop"})
-NOT_REFUSALS = frozenset({("no", "problem"), ("no", "worries")})
+REFUSAL_OPENERS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(phrase.split())
+    for phrase in (
+        "no", "nope", "nah", "not", "never", "don't", "dont", "do not", "negative", "stop",
+        "please don't", "please dont", "please do not", "i don't want", "i dont want",
+    )
+)  # fmt: skip
+NOT_REFUSALS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(phrase.split())
+    for phrase in ("no problem", "no worries", "not a problem", "don't worry", "dont worry", "never mind")
+)
 NEGATION_WINDOW = 3
 
 _CLAUSE_END = re.compile(r"[.,;:!?\n]+")
@@ -42,10 +52,12 @@ def _normalize(text: str) -> str:
     return text.lower().replace("\u2019", "'")
 
 
+def _opens_with(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
+    return any(tuple(words[: len(p)]) == p for p in phrases)
+
+
 def _opens_with_refusal(words: list[str]) -> bool:
-    if tuple(words[:2]) in NOT_REFUSALS:
-        return False
-    return words[0] in REFUSAL_OPENERS or words[:2] == ["do", "not"]
+    return _opens_with(words, REFUSAL_OPENERS) and not _opens_with(words, NOT_REFUSALS)
 
 
 def _is_negator(word: str) -> bool:

@@ -159,6 +159,23 @@ def test_affirmative_lexicon(text, expected):
     assert confirms(text) is expected
 
 
+@pytest.mark.parametrize("text", [
+    "Please don't cancel it, okay?", "I don't want it cancelled anymore, ok?", "I dont want that, ok",
+    "Please do not do that. Yes, I am sure.", "Do not proceed, okay?", "No, yes.", "Never, ok?",
+    "Don\u2019t, yes", "Stop. Go ahead later.",
+])  # fmt: skip
+def test_a_message_that_opens_with_a_refusal_phrase_never_confirms(text):
+    assert not confirms(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Don't worry, go ahead.", "Not a problem, yes.", "Never mind, please proceed.", "No worries, yes",
+    "No problem. Confirmed.", "Please do, yes.", "I want it cancelled, ok?", "Dont worry, ok",
+])  # fmt: skip
+def test_reassurances_are_not_refusals(text):
+    assert confirms(text)
+
+
 def test_several_writes_confirmed_by_one_yes_pass():
     ep = Episode("retail", "76")
     ep.user("I need to cancel two orders; my email is " + RETAIL_EMAIL)
