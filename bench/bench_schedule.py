@@ -92,7 +92,7 @@ def overrides(args, root: Path, schedule: str, service_log: Path) -> list[str]:
         f"run_dir={root / schedule}", f"schedule={schedule}", "user=litellm",
         "model=[checkpoints]", f"model.checkpoints.glob={root}/ckpts/global_step_*",
         f"model.checkpoints.tokenizer={model_path()}",
-        "domain=[airline,retail]", "tasks.split=null", "tasks.kinds=[upstream]", "tasks.limit=null",
+        "domain=[airline,retail]", "tasks.split=null", "tasks.kinds=[upstream]", "tasks.per_kind=null", "tasks.limit=null",
         f"trials={args.trials}", "shard_size=16", "episode_timeout_s=100000",
         "engine=scripted", "engine.device=gpu", f"engine.replicas={args.slots}", "engine.cpus=0.01",
         f"engine.max_num_seqs={args.max_num_seqs}", f"engine.script.delay_s={args.request_s / scale}",
