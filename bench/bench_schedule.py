@@ -92,7 +92,8 @@ def overrides(args, root: Path, schedule: str, service_log: Path) -> list[str]:
         f"run_dir={root / schedule}", f"schedule={schedule}", "user=litellm",
         "model=[checkpoints]", f"model.checkpoints.glob={root}/ckpts/global_step_*",
         f"model.checkpoints.tokenizer={model_path()}",
-        "domain=[airline,retail]", "tasks.split=null", "tasks.kinds=[upstream]", "tasks.per_kind=null", "tasks.limit=null",
+        "domain=[airline,retail]", "tasks.split=null", "tasks.kinds=[upstream]", "tasks.per_kind=null",
+        "tasks.limit=null",
         f"trials={args.trials}", "shard_size=16", "episode_timeout_s=100000",
         "engine=scripted", "engine.device=gpu", f"engine.replicas={args.slots}", "engine.cpus=0.01",
         f"engine.max_num_seqs={args.max_num_seqs}", f"engine.script.delay_s={args.request_s / scale}",
@@ -115,6 +116,8 @@ def run_schedule(args, root: Path, name: str, schedule: str) -> dict:
     wall = time.monotonic() - started
     prepared.run.unlock()
     assert summary.episodes_done == summary.episodes_total and not summary.shards_failed, summary
+    expected = len(SyntheticEpisodes.TURNS) * args.trials * args.checkpoints
+    assert summary.episodes_total == expected, f"planned {summary.episodes_total} episodes, not {expected}"
     lines = (line.split() for line in log.read_text().splitlines())
     service = sum(float(end) - float(start) for _, _, start, end in lines)
     scale = args.time_scale
