@@ -140,9 +140,17 @@ class EngineHost:
         self._engine = None
         self._loading = asyncio.Lock()
 
+    def _serves(self, ck: Checkpoint) -> bool:
+        """Whether the engine built for the held checkpoint serves `ck`: a vLLM engine is what its
+        settings make it (the agent and a user simulator of the same path share one); a scripted
+        replay answers in its checkpoint's name."""
+        if self.config.kind == "scripted":
+            return ck == self.checkpoint
+        return engine_settings(ck, self.config) == engine_settings(self.checkpoint, self.config)
+
     async def _ensure(self, expected: Checkpoint | None = None):
         async with self._loading:
-            if expected is not None and expected != self.checkpoint:
+            if expected is not None and not self._serves(expected):
                 if self._engine is not None:
                     raise StaleCheckpoint(f"replica holds {self.checkpoint.name}, request is for {expected.name}")
                 self.checkpoint = expected
