@@ -6,11 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from handoff.records import EpisodeRecord
-from handoff.rules import EpisodeScore, Label, RewardWeights, TaskContext, Trajectory, score_episode
+from handoff.rules import (
+    EpisodeScore,
+    Label,
+    RewardWeights,
+    TaskContext,
+    Trajectory,
+    score_episode,
+)
 from handoff.tasks import get_task
 from handoff.tasks.labels import label_for
 
@@ -45,12 +53,15 @@ class Scorer:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Changes whenever cached scores would: other weights, labels or handoff version."""
+        """Changes whenever cached scores would: other weights, labels, task content, rules source or
+        handoff version."""
         from handoff import __version__
         from handoff.tasks import paths
+        from handoff.tasks.manifests import tasks_sha256
 
         parts = {"weights": self.weights.model_dump(mode="json"), "handoff": __version__,
-                 "labels": paths.sha256_file(paths.REPO_ROOT / paths.LABELS_FILE)}
+                 "labels": paths.sha256_file(paths.REPO_ROOT / paths.LABELS_FILE),
+                 "tasks": tasks_sha256(), "rules": rules_sha256()}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
     def _task(self, domain: str, task_id: str) -> tuple[Label, TaskContext]:
@@ -67,3 +78,13 @@ class Scorer:
         label, context = self._task(record.domain, record.task_id)
         return ScoredEpisode(model=record.model, step=record.step, trial=record.trial, seed=record.seed,
                              score=score_episode(traj, label, context, self.weights))
+
+
+def rules_sha256() -> str:
+    """One sha256 over the rules package's source: an edited rule invalidates cached scores."""
+    import handoff.rules
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(handoff.rules.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

@@ -109,3 +109,19 @@ def test_duplicated_episode_is_an_error(run):
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(RunDirError, match="no manifest.json"):
         reduce_run(tmp_path)
+
+
+def test_score_cache_key_covers_task_content_and_rules_source(monkeypatch):
+    """Changing a task or a rule must invalidate cached scores (the reducer keys its cache on this)."""
+    from handoff.report import scoring
+    from handoff.tasks import manifests
+
+    def key() -> str:
+        return scoring.Scorer("default").fingerprint
+
+    before = key()
+    assert key() == before  # stable while nothing changes
+    monkeypatch.setattr(manifests, "tasks_sha256", lambda: "other tasks")
+    with_other_tasks = key()
+    monkeypatch.setattr(scoring, "rules_sha256", lambda: "other rules")
+    assert len({before, with_other_tasks, key()}) == 3
