@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -13,15 +12,6 @@ from handoff.tasks.labels import load_labels
 from handoff.tasks.manifests import check, manifest_hashes
 
 ROOT = paths.REPO_ROOT
-
-
-@pytest.fixture
-def repo_copy(tmp_path):
-    for rel in ("data", paths.CATALOG_DOC):
-        source, target = ROOT / rel, tmp_path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
-    return tmp_path
 
 
 def test_review_writes_a_page_per_domain(tmp_path, capsys):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections import defaultdict
 
 import pytest
@@ -280,15 +279,6 @@ def test_malformed_override_files_and_no_op_overrides(tmp_path):
 
 
 # --- hash chain and `labels check` on a copy of the repository --------------------------------------------
-
-
-@pytest.fixture
-def repo_copy(tmp_path):
-    for rel in ("data", paths.CATALOG_DOC):
-        source, target = ROOT / rel, tmp_path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
-    return tmp_path
 
 
 def test_hash_chain():
