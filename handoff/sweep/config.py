@@ -6,6 +6,7 @@ checkpoint globs, and raises ConfigError whose message names every bad key (`mod
 
 from __future__ import annotations
 
+import functools
 import glob as globlib
 import hashlib
 import json
@@ -18,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from handoff.engine.base import Sampling
+from handoff.engine.checkpoint import problems
 from handoff.engine.vllm_engine import VLLMOptions
 from handoff.errors import ConfigError
 from handoff.rules.score import RewardWeights
@@ -211,31 +213,37 @@ def to_container(cfg: DictConfig | dict) -> dict:
     return data
 
 
-def checkpoint_problems(key: str, path: str) -> list[str]:
+def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,
+                        remote: bool = False) -> list[str]:
     """Why the checkpoint directory `path` (config key `key`) cannot be served; empty if it can.
-    Every checkpoint of a sweep passes here before Ray starts (the one place to add checks)."""
+    Every checkpoint of a sweep passes here before Ray starts (the one place to add checks): it
+    exists and, when a real engine `loads` it (not the scripted one), holds what vLLM loads
+    (handoff.engine.checkpoint.problems). On an existing cluster (`remote`), a path the driver does
+    not see is left to the check on a GPU node (handoff.sweep.preflight)."""
     if not Path(path).is_dir():
-        return [f"{key}: checkpoint directory {path} does not exist"]
-    return []
+        return [] if remote else [f"{key}: checkpoint directory {path} does not exist"]
+    return [f"{key}: {p}" for p in problems(path, tokenizer)] if loads else []
 
 
 def _check_paths(cfg: SweepConfig) -> list[str]:
     errors = []
+    check = functools.partial(checkpoint_problems, loads=cfg.engine.kind != "scripted",
+                              remote=cfg.cluster.address is not None)
     for key, m in cfg.model.items():
         if m.path is not None:
-            errors += checkpoint_problems(f"model.{key}.path", m.path)
+            errors += check(f"model.{key}.path", m.path, m.tokenizer)
         for i, p in enumerate(m.paths or []):
-            errors += checkpoint_problems(f"model.{key}.paths.{i}", p)
+            errors += check(f"model.{key}.paths.{i}", p, m.tokenizer)
         if m.glob is not None:
             found = [p for p in globlib.glob(m.glob) if Path(p).is_dir()]
-            errors += [e for p in found for e in checkpoint_problems(f"model.{key}.glob", p)]
+            errors += [e for p in found for e in check(f"model.{key}.glob", p, m.tokenizer)]
             if not found:
                 errors.append(f"model.{key}.glob: no checkpoint directory matches {m.glob}")
-        if m.tokenizer is not None and not Path(m.tokenizer).exists():
+        if m.tokenizer is not None and not Path(m.tokenizer).exists() and cfg.cluster.address is None:
             errors.append(f"model.{key}.tokenizer: {m.tokenizer} does not exist")
     um = cfg.user.model
     if cfg.user.kind == "engine" and um is not None:
-        errors += checkpoint_problems("user.model.path", um.path)
+        errors += check("user.model.path", um.path, um.tokenizer)
     return errors
 
 

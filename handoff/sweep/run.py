@@ -18,8 +18,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from handoff.errors import ConfigError
-from handoff.sweep.config import (ClusterConfig, SweepConfig, checkpoints, config_hash, to_container,
-                                  validate)
+from handoff.sweep import preflight
+from handoff.sweep.config import (
+    Checkpoint,
+    ClusterConfig,
+    SweepConfig,
+    checkpoints,
+    config_hash,
+    to_container,
+    validate,
+)
 from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
@@ -202,12 +210,27 @@ def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> t
         if not driver.pending:
             return prepared, driver.summary()
         cluster = prepared.sweep.cluster
+        local = not cluster.address and not _ray_initialized()
         if not cluster.address:  # an embedded cluster: its size is known before it starts
             check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
+        preflight.before_ray(prepared.sweep, local)
         with ray_cluster(cluster):
+            served = preflight.on_cluster(prepared.sweep, _pending_checkpoints(driver), local)
+            driver.ckpts = [next((s for s in served if s.name == c.name), c) for c in driver.ckpts]
             return prepared, driver.execute()
     finally:
         prepared.run.unlock()
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
+
+
+def _pending_checkpoints(driver: Driver) -> list[Checkpoint]:
+    names = {st.shard.model for st in driver.pending}
+    return [c for c in driver.ckpts if c.name in names]
 
 
 def finish(prepared: Prepared, summary: Summary) -> dict:

@@ -89,7 +89,7 @@ def test_checkpoint_glob_parses_steps(tmp_path):
         (tmp_path / "train" / f"global_step_{step}" / "actor" / "huggingface").mkdir(parents=True)
     (tmp_path / "train" / "global_step_7").mkdir()  # no huggingface/ inside: not matched
     cfg = validate(compose([
-        f"run_dir={tmp_path}/run", "model=[checkpoints]", "model.checkpoints.name=rl",
+        f"run_dir={tmp_path}/run", "engine=scripted", "model=[checkpoints]", "model.checkpoints.name=rl",
         f"model.checkpoints.glob={tmp_path}/train/global_step_*/actor/huggingface",
         "model.checkpoints.step_regex='global_step_(\\d+)'"]))
     ckpts = checkpoints(cfg)
@@ -101,7 +101,7 @@ def test_checkpoint_list_and_step_parsing(tmp_path):
     paths = [tmp_path / "ckpt-500", tmp_path / "ckpt-1000"]
     for p in paths:
         p.mkdir()
-    cfg = validate(compose([f"run_dir={tmp_path}/run", "model=[checkpoints]",
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted", "model=[checkpoints]",
                             f"+model.checkpoints.paths=[{paths[0]},{paths[1]}]"]))
     assert [c.step for c in checkpoints(cfg)] == [500, 1000]
     assert parse_step("/runs/a/global_step_40/actor/huggingface", None) == 40
