@@ -8,21 +8,33 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 FinishReason = Literal["stop", "length", "abort"]
 
 
 class Sampling(BaseModel):
-    """Per-request sampling settings (a subset of vLLM's SamplingParams); unknown keys are refused."""
+    """Per-request sampling settings (a subset of vLLM's SamplingParams); unknown keys are refused.
+
+    `repetition_penalty` is dumped only when set, so that the records and manifests of configs
+    without it (every run before it existed) stay byte for byte the same."""
 
     model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(256, gt=0)
+    repetition_penalty: float | None = Field(
+        None, gt=0.0, le=2.0, description="vLLM's: > 1 discourages repeating tokens; None = vLLM's 1.0")
     seed: int | None = None
     logprobs: bool = False
+
+    @model_serializer(mode="wrap")
+    def _unset_penalty_left_out(self, handler):
+        data = handler(self)
+        if self.repetition_penalty is None:
+            data.pop("repetition_penalty", None)
+        return data
 
 
 class Generation(BaseModel):

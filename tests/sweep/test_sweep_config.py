@@ -46,6 +46,8 @@ def test_default_config_is_valid(tmp_path):
     (["+model.smollm2.tempreature=0.5"], "model.smollm2.tempreature"),
     (["model.smollm2.path=/nonexistent/ckpt"], "model.smollm2.path"),
     (["model.smollm2.sampling.top_p=2"], "model.smollm2.sampling.top_p"),
+    (["++model.smollm2.sampling.repetition_penalty=0"], "model.smollm2.sampling.repetition_penalty"),
+    (["++user.model.sampling.repetition_penalty=3"], "user.model.sampling.repetition_penalty"),
     (["+model.smollm2.glob=/x/*"], "model.smollm2"),
     (["engine.device=tpu"], "engine.device"),
     (["trials=0"], "trials"),
@@ -175,6 +177,18 @@ def test_config_hash_ignores_execution_keys(tmp_path):
     d = to_container(compose([f"run_dir={tmp_path}/a", "engine.tensor_parallel_size=2"]))
     assert config_hash(a) == config_hash(b) != config_hash(c)
     assert config_hash(d) not in (config_hash(a), config_hash(c))
+
+
+def test_repetition_penalty_is_in_the_hash_only_when_set(tmp_path):
+    """A config that does not set it hashes and plans as before it existed (their resumes go on)."""
+    unset = [f"run_dir={tmp_path}/a", "~model.smollm2.sampling.repetition_penalty"]
+    data = to_container(compose(unset))
+    assert "repetition_penalty" not in data["model"]["smollm2"]["sampling"]
+    assert all("repetition_penalty" not in c.model_dump_json() for c in checkpoints(validate(data)))
+    one = to_container(compose(unset + ["+model.smollm2.sampling.repetition_penalty=1.0"]))
+    other = to_container(compose(unset + ["+model.smollm2.sampling.repetition_penalty=1.1"]))
+    assert len({config_hash(data), config_hash(one), config_hash(other)}) == 3
+    assert checkpoints(validate(other))[0].sampling.repetition_penalty == 1.1
 
 
 def test_resume_check_says_what_changed():
