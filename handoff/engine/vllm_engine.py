@@ -55,6 +55,8 @@ class EngineSettings(VLLMOptions):
     dtype: str = "auto"
     max_model_len: int = Field(8192, gt=0)
     seed: int = 0
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None, description="vLLM's executor; 'ray' runs tensor-parallel workers in the current placement group")
 
     def on_cpu(self) -> bool:
         return self.device == "cpu" or (self.device == "auto" and installed_vllm_is_cpu())
@@ -134,6 +136,7 @@ def engine_args(settings: EngineSettings) -> Any:
         enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         enable_prefix_caching=settings.enable_prefix_caching,
+        distributed_executor_backend=settings.distributed_executor_backend,
         disable_log_stats=True,
         **gpu_only,
     )

@@ -3,12 +3,20 @@ for the whole sweep and shared when it is the same checkpoint), feeds episodes t
 pool, records each finished episode at once, writes each finished shard atomically, and retries.
 
 Ray absorbs actor crashes first: a killed worker is restarted and its episodes retried there
-(max_task_retries), a killed engine replica is restarted and its requests retried. What still
-fails (an exception in an episode, an engine that stays down, a timeout) costs the shard an
-attempt: an attempt ends when one of its episodes fails, the failed episodes are resubmitted under
-the next attempt, and all the episodes that one crash takes down count as one attempt. A shard
-whose attempts are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay
-in partial/<id>.jsonl for the next resume.
+(max_task_retries), a killed engine replica is restarted and its requests retried.
+
+Lost infrastructure is not the episodes' fault. While an engine replica or a worker is unavailable
+(its node died, Ray is restarting it) the driver dispatches nothing to it: episodes go to the
+replicas and workers that are alive, and wait when none is. Episodes that the loss takes down are
+resubmitted without costing their shard an attempt. An outage that outlasts engine.load_timeout_s
+(no node came back with the resources needed) fails the remaining shards with a message that says
+so; a replica whose restarts are spent is dropped, and its engine set fails when none is left.
+
+What is the episode's own doing (an exception in it, a timeout) costs the shard an attempt: an
+attempt ends when one of its episodes fails, the failed episodes are resubmitted under the next
+attempt, and all the episodes that one crash takes down count as one attempt. A shard whose attempts
+are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
+partial/<id>.jsonl for the next resume.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from tqdm import tqdm
 
 from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig
-from handoff.sweep.engines import EngineHost, actor_env
+from handoff.sweep.engines import EngineHost, EngineUnavailableError, actor_env, actor_state, replica_options
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
@@ -54,6 +62,40 @@ class Inflight:
 
 
 @dataclass
+class Outage:
+    since: float
+    missing: list[str]
+
+
+@dataclass
+class Live:
+    """What dispatch may use now: the alive workers (indices) and engine replicas (actor ids);
+    `ready` unless some engine set or the workers have none alive."""
+
+    checked: float
+    workers: list[int]
+    alive: set
+    capacity: int
+    ready: bool
+    fatal: str = ""
+
+    def only_alive(self, ref: EngineRef) -> EngineRef:
+        return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
+
+
+def infrastructure_lost(exc: BaseException) -> bool:
+    """An error that says an engine or a worker was lost (its node died, its process is being
+    restarted), not that the episode failed."""
+    import ray.exceptions as rx
+
+    if isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError):
+        return True
+    if isinstance(exc, rx.RayActorError):
+        return not exc.actor_init_failed
+    return isinstance(exc, (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError))
+
+
+@dataclass
 class Summary:
     episodes_total: int
     episodes_done: int
@@ -69,9 +111,14 @@ def _queue(states: list[ShardState]) -> deque:
     return deque((st, ep) for st in states for ep in st.shard.episodes if ep.key not in st.records)
 
 
-def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float) -> None:
-    """Engines of one checkpoint (and the user's) must fit the cluster, with room for a worker."""
+def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float,
+                    node_gpus: float | None = None) -> None:
+    """Engines of one checkpoint (and the user's) must fit the cluster, with room for a worker, and
+    a replica's GPUs must fit on one node (`node_gpus`: the most GPUs any node has)."""
     e = cfg.engine
+    if node_gpus is not None and e.num_gpus > node_gpus:
+        raise ConfigError(f"engine.tensor_parallel_size: a replica needs {e.num_gpus} GPUs on one node, and no node "
+                          f"of the cluster has more than {node_gpus:g} (tensor parallelism does not span nodes here)")
     need_gpus = engine_sets * e.replicas * e.num_gpus
     if need_gpus > gpus:
         raise ConfigError(f"engine.replicas: {engine_sets} engine set(s) x {e.replicas} replicas x "
@@ -90,9 +137,12 @@ class Driver:
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
         self.failures = 0
+        self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
         self.progress = progress
         self.workers: list = []
         self.load: list[int] = []
+        self.groups: dict[int, list] = {}  # placement groups of an EngineRef (TP>1 on GPUs)
+        self.outage: Outage | None = None
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -114,22 +164,46 @@ class Driver:
         return user is not None and self.cfg.engine.kind != "scripted" and ck.path == user.path
 
     def new_engine(self, ck: Checkpoint, role: str):
-        """One engine replica's actor; it loads `ck` on its first call."""
+        """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
+        GPU node, or in a placement group of its own (TP>1 on GPUs)."""
         e = self.cfg.engine
+        options = replica_options(e)
         actor = self.ray.remote(EngineHost).options(
-            num_cpus=e.cpus, num_gpus=e.num_gpus, max_restarts=e.max_restarts, max_task_retries=-1,
-            max_concurrency=1000, runtime_env={"env_vars": actor_env(ck, e)},
-        )
-        return actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
+            **options, max_restarts=e.max_restarts, max_task_retries=-1, max_concurrency=1000,
+            runtime_env={"env_vars": actor_env(ck, e)})
+        handle = actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
+        if "scheduling_strategy" in options:
+            self.groups[handle._actor_id] = options["scheduling_strategy"].placement_group
+        return handle
+
+    def launch_engines(self, ck: Checkpoint, role: str) -> EngineRef:
+        return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
+
+    def await_engines(self, ref: EngineRef) -> EngineRef:
+        e = self.cfg.engine
+        try:
+            self.ray.get([r.ready.remote() for r in ref.replicas], timeout=e.load_timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"{ref.name} did not start within engine.load_timeout_s={e.load_timeout_s:g}s: each replica needs "
+                f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node (see `ray status`)") from None
+        return ref
 
     def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
-        replicas = [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)]
-        self.ray.get([r.ready.remote() for r in replicas], timeout=self.cfg.engine.load_timeout_s)
-        return EngineRef(ck, replicas)
+        return self.await_engines(self.launch_engines(ck, role))
 
     def stop_engines(self, ref: EngineRef | None) -> None:
         for replica in ref.replicas if ref else []:
-            self.ray.kill(replica)
+            self.stop_engine(replica)
+
+    def stop_engine(self, replica) -> None:
+        """Kill one replica and free its placement group, if it has one."""
+        from ray.util.placement_group import remove_placement_group
+
+        self.ray.kill(replica)
+        group = self.groups.pop(replica._actor_id, None)
+        if group is not None:
+            remove_placement_group(group)
 
     # -- workers --------------------------------------------------------------------------------
     def start_workers(self, pending: int) -> None:
@@ -148,7 +222,8 @@ class Driver:
         self.load = [0] * n
 
     def wait_workers(self) -> None:
-        self.ray.get([h.ping.remote() for h in self.workers], timeout=self.cfg.engine.load_timeout_s)
+        """Until every worker has imported tau2 (minutes on a busy machine)."""
+        self.ray.get([h.ping.remote() for h in self.workers], timeout=max(600, self.cfg.engine.load_timeout_s))
 
     def _engine_cpus(self) -> float:
         return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.cpus
@@ -165,7 +240,8 @@ class Driver:
 
         self.ray, todo = ray, self.todo
         res = self.ray.cluster_resources()
-        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0))
+        node_gpus = max((n["Resources"].get("GPU", 0) for n in self.ray.nodes() if n["Alive"]), default=0)
+        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0), node_gpus)
         missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
         bar = tqdm(total=self.total, initial=self.total - missing, unit="ep", desc=self.cfg.name,
                    disable=not self.progress, dynamic_ncols=True)
@@ -173,14 +249,15 @@ class Driver:
         pending = self.pending
         user_ck, user_ref = self._user_checkpoint(), None
         try:
-            if pending:
+            if pending:  # engines are placed first (GPU nodes' CPUs), then workers take what is free
+                user_ref = self.launch_engines(user_ck, "user") if user_ck is not None else None
                 self.start_workers(missing)
-                user_ref = self.start_engines(user_ck, "user") if user_ck is not None else None
                 self.wait_workers()  # they import tau2 while the engines load
+                user_ref = self.await_engines(user_ref) if user_ref is not None else None
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ck, user_ref, bar)
             for ck in self.ckpts if self.cfg.schedule == "sequential" else []:
-                mine = [st for st in pending if st.shard.model == ck.name]
+                mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
                     self._run_checkpoint(ck, mine, user_ck, user_ref, bar)
         finally:
@@ -214,10 +291,10 @@ class Driver:
         """All shards of one checkpoint (every domain) on its engines, loaded once."""
         shared = self._shares_user_engine(ck, user_ck)
         try:
-            agent_ref = EngineRef(ck, user_ref.replicas) if shared else self.start_engines(ck, "agent")
+            agent_ref = EngineRef(ck, user_ref.replicas, "agent") if shared else self.start_engines(ck, "agent")
         except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
             for st in states:
-                self._give_up(st, f"engine for {ck.name} did not start: {exc!r}"[-4000:])
+                self._give_up(st, f"engine for {ck.name} did not start: {exc}"[-4000:])
             return
         try:
             self._run_shards(states, agent_ref, user_ref, bar)
@@ -245,15 +322,25 @@ class Driver:
     def _dispatch(self, placement, user: EngineRef | None, bar) -> None:
         """Feed the placement's episodes to the workers until none is queued or in flight."""
         inflight: dict = {}
-        capacity = len(self.workers) * self.cfg.workers.threads
+        self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
+        user_set = [(user.name, user.replicas)] if user is not None else []
+        live: Live | None = None
         while placement.has_work() or inflight:
-            for st, ep, agent, slot in placement.take(capacity - len(inflight)):
-                w = min(range(len(self.workers)), key=self.load.__getitem__)
-                ref = self.workers[w].run.remote(ep.model_dump(), agent, user)
+            if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
+                live = self._live(placement.engine_sets() + user_set, inflight)
+                if live.fatal:
+                    self._abandon(live.fatal, bar)
+                    return
+            for st, ep, agent, slot in placement.take(live.capacity - len(inflight), live.alive) if live.ready else []:
+                w = min(live.workers, key=self.load.__getitem__)
+                ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
                 inflight[ref] = Inflight(st, ep, w, st.attempt, slot)
                 self.load[w] += 1
             loads = placement.loads()
-            ready, _ = self.ray.wait(list(inflight) + loads, num_returns=1, timeout=1.0)
+            waiting = list(inflight) + loads
+            if not waiting:  # paused (an outage) with nothing in flight: until the next look
+                time.sleep(1.0)
+            ready = self.ray.wait(waiting, num_returns=1, timeout=1.0)[0] if waiting else []
             for ref in ready:
                 if ref not in inflight:
                     placement.loaded(ref)
@@ -262,20 +349,62 @@ class Driver:
                 self.load[item.worker] -= 1
                 try:
                     record = EpisodeRecord.model_validate(self.ray.get(ref, timeout=60))
-                except Exception as exc:  # noqa: BLE001 - every failure is an attempt of the shard
+                except Exception as exc:  # noqa: BLE001 - sorted out by _failed
                     placement.finished(item.slot, None)
-                    self._failed(item, exc, placement, bar)
+                    if self._failed(item, exc, placement, bar):
+                        live = None  # something was lost: look again before dispatching more
                     continue
                 placement.finished(item.slot, record)
                 self._record(item.state, record, bar)
             if loads:
                 placement.check_load_timeouts()
-            for ref, item in list(inflight.items()):
-                if time.monotonic() - item.started > self.cfg.episode_timeout_s:
-                    inflight.pop(ref)
-                    self.load[item.worker] -= 1
-                    placement.finished(item.slot, None)
-                    self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"), placement, bar)
+            if self.outage is None:  # an outage does not count against the episodes' time
+                for ref, item in list(inflight.items()):
+                    if time.monotonic() - item.started > self.cfg.episode_timeout_s:
+                        inflight.pop(ref)
+                        self.load[item.worker] -= 1
+                        placement.finished(item.slot, None)
+                        self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"),
+                                     placement, bar)
+
+    HEALTH_EVERY_S = 2.0
+
+    def _live(self, engine_sets: list[tuple[str, list]], inflight: dict) -> Live:
+        """The workers and engine replicas that are alive now; an outage (some engine set or the
+        workers with none alive) is timed, and fatal past engine.load_timeout_s."""
+        e, now = self.cfg.engine, time.monotonic()
+        workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
+        alive, missing, fatal = set(), [], ""
+        for name, replicas in engine_sets:
+            states = [actor_state(r) for r in replicas]
+            alive |= {r._actor_id for r, s in zip(replicas, states) if s == "ALIVE"}
+            if all(s == "DEAD" for s in states):
+                fatal = f"{name}: every replica is dead (engine.max_restarts={e.max_restarts} restarts spent)"
+            elif "ALIVE" not in states:
+                missing.append(f"{name} (no replica alive: each needs {e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) "
+                               "on one node)")
+        if not workers:
+            missing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
+        if missing and self.outage is None:
+            self.outage = Outage(now, missing)
+        elif not missing and self.outage is not None:
+            for item in inflight.values():  # an outage does not count against the episodes' time
+                item.started += now - self.outage.since
+            self.outage = None
+        if self.outage is not None and now - self.outage.since > e.load_timeout_s:
+            fatal = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
+                     f"{'; '.join(missing)}. Its node died and no node with these resources joined in time; "
+                     "resume the run once the cluster has them")
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal)
+
+    def _abandon(self, error: str, bar) -> None:
+        """Fail every unfinished shard with `error` (their finished episodes stay in partial/): the
+        cluster lacks what they need."""
+        for st in self.todo.values():
+            if not st.complete:
+                self._give_up(st, error)
+        self.outage = None
+        self._postfix(bar)
 
     def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:
         if record.key in st.records:  # a late duplicate (e.g. after a timeout): keep the first
@@ -295,8 +424,15 @@ class Driver:
             st.failed = True
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
 
-    def _failed(self, item: Inflight, exc: Exception, placement, bar) -> None:
+    def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
+        """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine
+        or worker does not (returns True then)."""
         st = item.state
+        if infrastructure_lost(exc):
+            self.lost += 1
+            if not st.failed:
+                placement.requeue(st, item.episode)
+            return True
         self.failures += 1
         st.last_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
         if item.attempt == st.attempt:  # the first failure of this attempt ends it
@@ -306,6 +442,7 @@ class Driver:
         else:
             placement.requeue(st, item.episode)
         self._postfix(bar)
+        return False
 
     def _postfix(self, bar) -> None:
         bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))

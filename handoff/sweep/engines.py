@@ -7,7 +7,14 @@ crash reloads its checkpoint by itself and the retried requests find it ready.
 
 `RayEngineClient` is what episodes see: a synchronous handoff.engine.base.Engine that routes every
 request of a session (a conversation) to the same replica, so vLLM's prefix cache is reused turn
-after turn.
+after turn. While its replica is unavailable (its node died, Ray is restarting it) a request waits,
+up to `engine.load_timeout_s`, for the replacement (Ray retries it there); only then, or when the
+replica is dead for good, it raises EngineUnavailableError, which the driver does not count as a
+failure of the episode.
+
+Placement: a replica holds `cpus` CPUs and, on GPU, its GPUs: one actor with `num_gpus=1` for
+tensor_parallel_size=1, else a placement group per replica (a CPU bundle for the actor, one bundle
+per GPU, all on one node) in which vLLM starts its tensor-parallel workers (executor backend "ray").
 """
 
 from __future__ import annotations
@@ -105,13 +112,50 @@ class ScriptedReplay:
                 f.write(line)
 
 
+class EngineUnavailableError(RuntimeError):
+    """An engine replica that is dead for good or stayed unavailable past engine.load_timeout_s:
+    not the episode's fault (the driver does not count it as an attempt)."""
+
+
+def actor_state(handle) -> str:
+    """The actor's state in the GCS actor table: ALIVE, RESTARTING, PENDING_CREATION,
+    DEPENDENCIES_UNREADY or DEAD. (ray.util.state would need the dashboard, which an embedded
+    cluster does not start.)"""
+    from ray._private import state
+
+    info = state.actors(actor_id=handle._actor_id.hex())
+    return info.get("State", "DEAD") if info else "DEAD"
+
+
 def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
     """handoff.engine's EngineSettings for one replica of `checkpoint`."""
     from handoff.engine.vllm_engine import EngineSettings, VLLMOptions
 
     return EngineSettings(model=checkpoint.path, tokenizer=checkpoint.tokenizer or checkpoint.path,
                           max_model_len=checkpoint.max_model_len,
+                          distributed_executor_backend=executor_backend(engine),
                           **engine.model_dump(include=set(VLLMOptions.model_fields)))
+
+
+def executor_backend(engine: EngineConfig) -> str | None:
+    """vLLM's executor for a replica: "ray" (workers in the replica's placement group) for
+    tensor parallelism on GPUs, else vLLM's default (one process)."""
+    return "ray" if engine.device == "gpu" and engine.tensor_parallel_size > 1 else None
+
+
+def replica_options(engine: EngineConfig) -> dict:
+    """Ray resources of one replica's actor; for TP>1 on GPU, a placement group per replica
+    (STRICT_PACK: a CPU bundle for the actor, one bundle per GPU for vLLM's workers)."""
+    if executor_backend(engine) is None:
+        return {"num_cpus": engine.cpus, "num_gpus": engine.num_gpus}
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundles = [{"CPU": engine.cpus}] + [{"GPU": 1}] * engine.tensor_parallel_size
+    pg = placement_group(bundles, strategy="STRICT_PACK")
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0,
+                                                placement_group_capture_child_tasks=True)
+    return {"num_cpus": engine.cpus, "num_gpus": 0, "scheduling_strategy": strategy}
 
 
 def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:
@@ -201,19 +245,50 @@ def route(session_id: str | None, n: int) -> int:
 class RayEngineClient:
     """A synchronous Engine over the replicas of one checkpoint, with sticky session routing."""
 
-    def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None):
-        self.replicas, self.timeout_s = list(replicas), timeout_s
+    POLL_S = 5.0  # how often a pending request checks that its replica is alive
+
+    def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None,
+                 load_timeout_s: float = 900, name: str = "engine"):
+        self.replicas, self.timeout_s, self.load_timeout_s = list(replicas), timeout_s, load_timeout_s
         self.checkpoint = checkpoint.model_dump(mode="json") if checkpoint is not None else None
+        self.name = name
 
     def generate(self, prompt_ids: list[int], sampling: Sampling, session_id: str | None = None) -> Generation:
         import ray
 
-        replica = self.replicas[route(session_id, len(self.replicas))]
+        index = route(session_id, len(self.replicas))
+        replica = self.replicas[index]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
         ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint)
         try:
-            return Generation.model_validate(ray.get(ref, timeout=self.timeout_s))
+            return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, ContextOverflowError):  # the agent records it as a format event
                 raise exc.cause from None
             raise
+        except ray.exceptions.RayActorError as exc:  # dead for good (engine.max_restarts spent)
+            raise EngineUnavailableError(f"{self.name} replica {index} is dead: {exc}"[:2000]) from None
+
+    def _wait(self, ref, replica, index: int):
+        """`ref` once it is ready. The request may take engine.request_timeout_s while its replica
+        is alive; while the replica is down (Ray retries the request on its replacement) it waits
+        up to engine.load_timeout_s for the replacement."""
+        import ray
+
+        deadline, down_since = time.monotonic() + self.timeout_s, None
+        while not ray.wait([ref], timeout=self.POLL_S)[0]:
+            now, state = time.monotonic(), actor_state(replica)
+            if state == "DEAD":
+                break  # ray.get raises the actor's error
+            if state != "ALIVE":
+                down_since = down_since or now
+                if now - down_since > self.load_timeout_s:
+                    raise EngineUnavailableError(
+                        f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
+                        f"{self.load_timeout_s:g}s ({state}): its node is gone and no node with the "
+                        f"resources it needs came back")
+            elif down_since is not None:  # back: the retried request starts over
+                deadline, down_since = now + self.timeout_s, None
+            elif now > deadline:
+                raise TimeoutError(f"{self.name} request ran over engine.request_timeout_s={self.timeout_s:g}s")
+        return ref

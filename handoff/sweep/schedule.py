@@ -27,17 +27,23 @@ class Fixed:
     """The sequential schedule's placement: one checkpoint's episodes on its loaded engines."""
 
     def __init__(self, queue: deque, engines: EngineRef):
-        self.queue, self.engines = queue, engines
+        self.queue, self.ref = queue, engines
 
     def has_work(self) -> bool:
         return bool(self.queue)
 
-    def take(self, n: int) -> list[tuple]:
+    def engine_sets(self) -> list[tuple[str, list]]:
+        """(name, replicas) of the agent engines that dispatch needs (it pauses while none is alive)."""
+        return [(self.ref.name, self.ref.replicas)]
+
+    def take(self, n: int, alive: set) -> list[tuple]:
+        """Up to `n` episodes on the replicas that are `alive` (actor ids); none while none is."""
+        engines = EngineRef(self.ref.checkpoint, [r for r in self.ref.replicas if r._actor_id in alive], self.ref.role)
         out = []
-        while self.queue and len(out) < n:
+        while self.queue and len(out) < n and engines.replicas:
             st, ep = self.queue.popleft()
             if not st.failed:
-                out.append((st, ep, self.engines, None))
+                out.append((st, ep, engines, None))
         return out
 
     def requeue(self, st, ep) -> None:
@@ -112,12 +118,19 @@ class Rolling:
     def has_work(self) -> bool:
         return any(self.work.queued(c.name) for c in self.ckpts)
 
-    def take(self, n: int) -> list[tuple]:
+    def engine_sets(self) -> list[tuple[str, list]]:
+        """The agent slots as one engine set (dispatch pauses while none is alive)."""
+        replicas = [r for s in self.slots for r in ([s.actor] if s.actor is not None else s.engines.replicas)]
+        return [("agent engine slots", replicas)] if replicas else []
+
+    def take(self, n: int, alive: set) -> list[tuple]:
+        """Up to `n` episodes on slots whose replicas are `alive` (actor ids)."""
         self._move_free_slots()
         out = []
         while len(out) < n:
             open_slots = [s for s in self.slots if s.engines and s.loading is None and s.inflight < s.cap
-                          and self.work.queued(s.engines.checkpoint.name)]
+                          and self.work.queued(s.engines.checkpoint.name)
+                          and all(r._actor_id in alive for r in s.engines.replicas)]
             if not open_slots:
                 break
             slot = min(open_slots, key=lambda s: s.inflight / s.cap)
@@ -157,7 +170,7 @@ class Rolling:
     def stop(self) -> None:
         for slot in self.slots:
             if not slot.pinned and slot.actor is not None:
-                self.driver.ray.kill(slot.actor)
+                self.driver.stop_engine(slot.actor)
 
     # -- slots ------------------------------------------------------------------------------------
     def _target(self) -> Checkpoint | None:

@@ -16,8 +16,12 @@ from handoff.sweep.plan import Episode
 class EngineRef:
     """What a worker needs to reach a checkpoint's engines (picklable: actor handles)."""
 
-    def __init__(self, checkpoint: Checkpoint, replicas: list):
-        self.checkpoint, self.replicas = checkpoint, list(replicas)
+    def __init__(self, checkpoint: Checkpoint, replicas: list, role: str = "agent"):
+        self.checkpoint, self.replicas, self.role = checkpoint, list(replicas), role
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} engine {self.checkpoint.name}"
 
 
 @lru_cache(maxsize=None)
@@ -61,7 +65,8 @@ class EpisodeWorker:
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
     def _client(self, ref: EngineRef) -> RayEngineClient:
-        return RayEngineClient(ref.replicas, self.cfg.engine.request_timeout_s, ref.checkpoint)
+        e = self.cfg.engine
+        return RayEngineClient(ref.replicas, e.request_timeout_s, ref.checkpoint, e.load_timeout_s, ref.name)
 
     def _user_spec(self, user: EngineRef | None):
         from handoff.agent.user import UserSpec

@@ -257,3 +257,21 @@ def test_engines_must_fit_the_cluster(tmp_path):
     cpu = validate(compose([f"run_dir={tmp_path}/r", "engine.cpus=2"]))
     with pytest.raises(ConfigError, match="engine.cpus"):
         check_resources(cpu, engine_sets=1, cpus=2, gpus=0)  # no CPU left for an episode worker
+    with pytest.raises(ConfigError, match=r"engine.tensor_parallel_size: a replica needs 2 GPUs on one node.*"
+                                          r"no node of the cluster has more than 1"):
+        check_resources(gpu, engine_sets=1, cpus=16, gpus=8, node_gpus=1)  # 8 nodes of 1 GPU
+
+
+def test_tensor_parallel_replicas_use_rays_executor(tmp_path):
+    """TP>1 on GPUs: vLLM's tensor-parallel workers run as Ray actors in the replica's placement
+    group; one GPU or the CPU build: vLLM's default executor."""
+    from handoff.sweep.engines import engine_settings, executor_backend
+
+    def backend(*overrides):
+        cfg = validate(compose([f"run_dir={tmp_path}/r", *overrides]))
+        assert engine_settings(cfg.user.model, cfg.engine).distributed_executor_backend == executor_backend(cfg.engine)
+        return executor_backend(cfg.engine)
+
+    assert backend("engine=gpu", "engine.tensor_parallel_size=2") == "ray"
+    assert backend("engine=gpu") is None
+    assert backend() is None
