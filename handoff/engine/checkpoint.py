@@ -1,22 +1,43 @@
-"""Checkpoint directories as vLLM loads them, checked before any engine starts.
+"""Checkpoint directories as vLLM loads them, checked before any engine starts, and verl actor
+checkpoints turned into HF checkpoints by verl's own model merger.
 
 `problems(path, tokenizer)` lists what a checkpoint directory lacks (config.json, loadable weights
-with a complete index, a tokenizer).
+with a complete index, a tokenizer). A verl FSDP actor directory (`global_step_N/actor`: the shards
+`model_world_size_W_rank_R.pt`, fsdp_config.json and huggingface/ with config and tokenizer) is
+merged once by `python -m verl.model_merger merge --backend fsdp` into `merged_dir(...)`, a
+directory keyed by the shards; later runs reuse it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from handoff.errors import HandoffError
 
+SHARD = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt")
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# verl's merger runs with verl's transformers pin from this directory (`make setup` installs it).
+VERL_ENV_VAR = "HANDOFF_VERL_ENV"
 
 
 class CheckpointError(HandoffError, ValueError):
     """A checkpoint that no engine could load; the message names the path and what is missing."""
+
+
+def verl_shards(path: Path) -> list[Path]:
+    return sorted(p for p in path.glob("model_world_size_*_rank_*.pt") if SHARD.fullmatch(p.name))
+
+
+def is_verl_actor(path: str | Path) -> bool:
+    return bool(verl_shards(Path(path)))
 
 
 def problems(path: str | Path, tokenizer: str | None = None) -> list[str]:
@@ -24,6 +45,8 @@ def problems(path: str | Path, tokenizer: str | None = None) -> list[str]:
     path = Path(path)
     if not path.is_dir():
         return [f"{path}: checkpoint directory does not exist"]
+    if is_verl_actor(path):
+        return _verl_problems(path, tokenizer)
     out = [] if (path / "config.json").is_file() else [f"{path}: no config.json"]
     out += _weight_problems(path)
     out += _tokenizer_problems(path, tokenizer)
@@ -44,7 +67,9 @@ def _weight_problems(path: Path) -> list[str]:
         return [p for p in map(_safetensors_problem, safetensors) if p]
     if list(path.glob("pytorch_model*.bin")):
         return []
-    return [f"{path}: no weights (model.safetensors, pytorch_model.bin, or a sharded index)"]
+    hint = (" (verl's actor/huggingface holds only config and tokenizer unless the trainer saved hf_model: "
+            "give the actor directory, global_step_N/actor, and it is merged)") if path.name == "huggingface" else ""
+    return [f"{path}: no weights (model.safetensors, pytorch_model.bin, or a sharded index){hint}"]
 
 
 def _safetensors_problem(file: Path) -> str | None:
@@ -65,3 +90,75 @@ def _tokenizer_problems(path: Path, tokenizer: str | None) -> list[str]:
         return []
     given = f"the tokenizer {where} (model.tokenizer)" if tokenizer else f"{path}"
     return [f"{given}: no tokenizer ({', '.join(TOKENIZER_FILES)}); set model.tokenizer to a tokenizer directory"]
+
+
+def _verl_problems(path: Path, tokenizer: str | None) -> list[str]:
+    shards = verl_shards(path)
+    sizes = {int(SHARD.fullmatch(p.name).group(1)) for p in shards}
+    ranks = {int(SHARD.fullmatch(p.name).group(2)) for p in shards}
+    out = []
+    if len(sizes) != 1 or ranks != set(range(max(sizes))):
+        out.append(f"{path}: incomplete verl FSDP shards: world sizes {sorted(sizes)}, ranks {sorted(ranks)}")
+    if not (path / "fsdp_config.json").is_file():
+        out.append(f"{path}: verl actor checkpoint without fsdp_config.json")
+    hf = path / "huggingface"
+    if not (hf / "config.json").is_file():
+        out.append(f"{hf}: no config.json (verl saves the model config there)")
+    return out + _tokenizer_problems(hf, tokenizer)
+
+
+def shard_key(path: Path) -> str:
+    """A key of the actor's shards (names, sizes, modification times) and its absolute path."""
+    h = hashlib.sha256(str(path.resolve()).encode())
+    for p in verl_shards(path) + [path / "fsdp_config.json"]:
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def merged_dir(path: str | Path, shared_dir: str | None) -> Path:
+    """Where the merged HF checkpoint of a verl actor lives: beside the shards when that directory
+    is writable, else in `shared_dir` (cluster.merged_dir: storage every GPU node reads)."""
+    path = Path(path)
+    key = shard_key(path)
+    if os.access(path, os.W_OK):
+        return path / f"merged_hf-{key}"
+    if shared_dir is None:
+        raise CheckpointError(f"{path}: verl checkpoint in a read-only directory; set cluster.merged_dir to a "
+                              "shared writable directory for its merged HF checkpoint")
+    return Path(shared_dir) / f"{path.parent.name}-{path.name}-{key}"
+
+
+def verl_env() -> Path:
+    """The directory with verl's transformers pin (HANDOFF_VERL_ENV, default <venv>/verl-merger)."""
+    env = Path(os.environ.get(VERL_ENV_VAR) or Path(sys.prefix) / "verl-merger")
+    if not (env / "transformers").is_dir():
+        raise CheckpointError(f"verl's merger environment {env} is missing: run `make setup` (it installs "
+                              f"verl's transformers pin there) or set {VERL_ENV_VAR}")
+    return env
+
+
+def merge_verl_actor(path: str | Path, shared_dir: str | None = None, timeout_s: float = 3600) -> Path:
+    """The merged HF checkpoint of a verl actor directory, merged by verl's model merger if not yet
+    done. The merge writes a temporary directory renamed into place: a directory that exists is complete."""
+    path = Path(path)
+    bad = _verl_problems(path, None)
+    if bad:
+        raise CheckpointError("\n".join(bad))
+    target = merged_dir(path, shared_dir)
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(verl_env()), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+           "--local_dir", str(path), "--target_dir", str(tmp)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{path}: verl's model merger failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    try:
+        tmp.rename(target)
+    except OSError:  # another merge of the same shards finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

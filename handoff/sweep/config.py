@@ -118,6 +118,7 @@ class ClusterConfig(Strict):
     num_gpus: int | None = Field(None, ge=0)
     object_store_mb: int | None = Field(None, ge=64)
     temp_dir: str | None = None
+    merged_dir: str | None = None  # merged verl checkpoints whose own directory is read-only
 
 
 class LoggerConfig(Strict):
@@ -265,7 +266,7 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
 
 def parse_step(path: str, step_regex: str | None) -> int | None:
     """The training step in a checkpoint path: `step_regex`'s first group (last match), else the
-    last number in the path (global_step_120/actor/huggingface -> 120)."""
+    last number in the path (global_step_120/actor -> 120)."""
     pattern = step_regex or r"(\d+)"
     matches = re.findall(pattern, path)
     if not matches:

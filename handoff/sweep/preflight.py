@@ -1,19 +1,20 @@
-"""What must hold before any engine starts: the installed vLLM build serves engine.device and every
-checkpoint directory can be loaded.
+"""What must hold before any engine starts: the installed vLLM build serves engine.device, every
+checkpoint directory can be loaded, and verl actor checkpoints are merged into HF checkpoints.
 
 - Before Ray starts: the config check (handoff.sweep.config.checkpoint_problems) refuses every
   checkpoint the driver sees that no engine could load, and `before_ray` the driver's vLLM build
   when the sweep starts its own local cluster (the driver's environment is the engines').
 - `on_cluster`: after Ray starts, before any engine. One Ray task on a GPU node (any node for
   engine.device=cpu) checks that node's vLLM build and the checkpoints (an existing cluster, whose
-  nodes may see paths the driver does not).
+  nodes may see paths the driver does not), and merges verl actor checkpoints with verl's model
+  merger (handoff.engine.checkpoint), once: the engines then serve the merged checkpoints.
 
 The scripted engine (a test double) is exempt: it loads no weights and no vLLM.
 """
 
 from __future__ import annotations
 
-from handoff.engine.checkpoint import CheckpointError, problems
+from handoff.engine.checkpoint import CheckpointError, is_verl_actor, merge_verl_actor, problems
 from handoff.errors import ConfigError
 from handoff.sweep.config import Checkpoint, SweepConfig
 
@@ -36,34 +37,52 @@ def before_ray(sweep: SweepConfig, local: bool) -> None:
         raise ConfigError(f"engine build: {problem}")
 
 
-def node_check(checks: list[tuple[str, str | None]], device: str) -> None:
-    """Run on a cluster node: raise CheckpointError naming what its vLLM build and the checkpoint
-    directories (path, tokenizer) lack."""
+def node_check(checks: list[tuple[str, str | None]], device: str | None, merged_dir: str | None,
+               merge_timeout_s: float) -> dict[str, str]:
+    """Run on a cluster node: its vLLM build (when `device` is given), every (path, tokenizer),
+    and the merge of verl actors. Returns {actor path: merged checkpoint path}."""
     from handoff.engine.vllm_engine import build_problem
 
-    errors = [p for p in [build_problem(device)] if p]
+    errors = [p for p in [build_problem(device) if device else None] if p]
+    merged: dict[str, str] = {}
     for path, tokenizer in checks:
-        errors += problems(path, tokenizer)
+        bad = problems(path, tokenizer)
+        if not bad and is_verl_actor(path):
+            try:
+                merged[path] = str(merge_verl_actor(path, merged_dir, merge_timeout_s))
+            except CheckpointError as exc:
+                bad = [str(exc)]
+            else:
+                bad = problems(merged[path], tokenizer)
+        errors += bad
     if errors:
         raise CheckpointError("\n  ".join(errors))
+    return merged
 
 
 def on_cluster(sweep: SweepConfig, ckpts: list[Checkpoint], local: bool) -> list[Checkpoint]:
-    """`ckpts` as the engines will load them, after the node check on an existing cluster; raise
-    ConfigError naming what the node found (before any engine starts)."""
+    """`ckpts` as the engines will load them (verl actors replaced by their merged checkpoints),
+    after the node check; raise ConfigError naming what the node found (before any engine starts)."""
     import ray
 
     e = sweep.engine
-    if e.kind == "scripted" or local:
+    if e.kind == "scripted":
+        return ckpts
+    checks = [(ck.path, ck.tokenizer) for ck in ckpts]
+    if local and not any(is_verl_actor(path) for path, _ in checks):
         return ckpts  # the driver's own checks covered it all
+    if not local:
+        checks = _checked(sweep, ckpts)
+    merges = sum(1 for path, _ in checks if is_verl_actor(path))
     task = ray.remote(node_check).options(num_cpus=0, scheduling_strategy=_node_for(e.device), max_retries=0)
+    ref = task.remote(checks, None if local else e.device, sweep.cluster.merged_dir, e.load_timeout_s)
     try:
-        ray.get(task.remote(_checked(sweep, ckpts), e.device), timeout=e.load_timeout_s)
+        merged = ray.get(ref, timeout=e.load_timeout_s * (1 + merges))
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, CheckpointError):
             raise ConfigError(f"checkpoints and engine build (checked on the cluster):\n  {exc.cause}") from None
         raise
-    return ckpts
+    return [ck.model_copy(update={"path": merged[ck.path]}) if ck.path in merged else ck for ck in ckpts]
 
 
 def _node_for(device: str):

@@ -82,6 +82,8 @@ def test_checkpoint_problems_name_the_path_and_what_is_missing(tmp_path):
         f"{bare}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json); set model.tokenizer to a tokenizer "
         "directory"]
     assert problems(bare / "nope") == [f"{bare / 'nope'}: checkpoint directory does not exist"]
+    hf = copy_model(tmp_path / "actor" / "huggingface", ("model.safetensors",))
+    assert "give the actor directory, global_step_N/actor" in problems(hf)[0]
 
     sharded = copy_model(tmp_path / "sharded", ("model.safetensors", "tokenizer*"))
     shutil.copy(TINY / "model.safetensors", sharded / "model-00001-of-00002.safetensors")
