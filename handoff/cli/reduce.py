@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("reduce", help=__doc__.split(":", 1)[1].strip(),
+    parser = subparsers.add_parser("reduce", help="score new shards, compute the metrics, log them to W&B",
                                    description=__doc__)
     parser.add_argument("run_dir", help="run directory (runs/<name>)")
     parser.add_argument("--no-wandb", action="store_true", help="do not log to W&B")

@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("report", help=__doc__.split(":", 1)[1].strip(),
+    parser = subparsers.add_parser("report", help="Markdown and HTML report with plots in RUN_DIR/report",
                                    description=__doc__)
     parser.add_argument("run_dir", help="run directory (runs/<name>)")
     parser.set_defaults(func=run)

@@ -11,7 +11,8 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("score", help=__doc__.split(":", 1)[1].split("\n")[0].strip(), description=__doc__)
+    parser = subparsers.add_parser("score", help="score a tau2 SimulationRun JSON or results JSON with the rules",
+                                   description=__doc__)
     parser.add_argument("path", help="tau2 results JSON or SimulationRun JSON")
     parser.add_argument("--domain", help="tau2 domain (required for a single SimulationRun)")
     parser.add_argument("--reward", default="default", help="reward weights: conf/reward/<name>.yaml or a YAML path")

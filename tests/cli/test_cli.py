@@ -3,6 +3,7 @@ errors (exit 2, one line, no traceback); any other exception is a bug (traceback
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ from handoff.errors import HandoffError
 
 
 def handoff_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "handoff", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "handoff", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "80"})  # argparse wraps help at the terminal's width
 
 
 def test_help_lists_commands_in_workflow_order_with_examples():
@@ -24,6 +26,9 @@ def test_help_lists_commands_in_workflow_order_with_examples():
     listed = [line.split()[0] for line in out.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
               if line.startswith("    ") and not line.startswith("      ")]
     assert listed == list(COMMANDS) == ["sweep", "report", "compare", "export", "score", "reduce", "labels"]
+    purposes = out.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
+    assert len(purposes) == len(listed), purposes  # one line each in 80 columns
+    assert not [p for p in purposes if p.endswith(".")], purposes
     assert "handoff sweep resume=" in out and "--version" in out and "register" not in out
     assert handoff_cli("--version").stdout.strip() == f"handoff {handoff.__version__}"
 
