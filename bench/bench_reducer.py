@@ -24,6 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import handoff  # noqa: E402,F401 - prepares tau2's import
 from handoff.records import write_shard  # noqa: E402
 from handoff.report.reducer import reduce_run  # noqa: E402
+from handoff.rundir import Manifest, RunPaths  # noqa: E402
 from handoff.testing.synthetic import Behavior, episode, sample_tasks  # noqa: E402
 
 TRIALS = 4
@@ -33,8 +34,8 @@ SHARD_SIZE = 500
 def build(run_dir: Path, n: int) -> int:
     """Shards of n episodes: checkpoint after checkpoint (step 1000 * i), all tasks, TRIALS trials."""
     tasks = sample_tasks(per_rule=10_000)
-    (run_dir / "manifest.json").parent.mkdir(parents=True, exist_ok=True)
-    (run_dir / "manifest.json").write_text('{"name": "bench", "config": {"trials": %d}}' % TRIALS)
+    run = RunPaths(run_dir)
+    run.write_manifest(Manifest(name="bench", config={"trials": TRIALS}))
     records, shard_no, made, ckpt = [], 0, 0, 0
     while made < n:
         behavior = Behavior(correct_handoff=min(0.95, 0.5 + 0.005 * ckpt))
@@ -46,11 +47,11 @@ def build(run_dir: Path, n: int) -> int:
                     records.append(episode(f"ckpt-{ckpt:03d}", 1000 * ckpt, domain, task_id, trial, behavior))
                     made += 1
                     if len(records) == SHARD_SIZE:
-                        write_shard(run_dir / "shards" / f"{shard_no:05d}.jsonl", f"{shard_no:05d}", records)
+                        write_shard(run.shard_path(f"{shard_no:05d}"), f"{shard_no:05d}", records)
                         records, shard_no = [], shard_no + 1
         ckpt += 1
     if records:
-        write_shard(run_dir / "shards" / f"{shard_no:05d}.jsonl", f"{shard_no:05d}", records)
+        write_shard(run.shard_path(f"{shard_no:05d}"), f"{shard_no:05d}", records)
     return ckpt
 
 
@@ -83,7 +84,7 @@ def main() -> None:
     timed("warm reduce (nothing new: cached scores)", lambda: reduce_run(run_dir))
     tasks = sample_tasks(per_rule=10_000)["retail"][: SHARD_SIZE // TRIALS]
     extra = [episode("ckpt-new", 10**6, "retail", t, k, Behavior()) for t in tasks for k in range(TRIALS)]
-    write_shard(run_dir / "shards" / "resumed.jsonl", "resumed", extra)
+    write_shard(RunPaths(run_dir).shard_path("resumed"), "resumed", extra)
     timed(f"resume reduce (one new shard of {SHARD_SIZE})", lambda: reduce_run(run_dir))
     print(f"target: cold reduce under 60 s of one core -> {'met' if cold < 60 else 'NOT met'} ({cold:.1f} s CPU)")
     if not args.keep:

@@ -22,8 +22,8 @@ from pathlib import Path
 import handoff  # noqa: F401 - prepares tau2's import
 from bench.common import machine
 from handoff.report import reduce_run
-from handoff.report.rundir import RunDir
 from handoff.report.wandb_log import STEP_METRIC, log_reduction, run_id
+from handoff.rundir import RunDir
 from handoff.testing.synthetic import Behavior, sample_tasks, write_run
 from handoff.testing.wandb_offline import offline_runs
 
@@ -69,7 +69,7 @@ def main() -> None:
         service_cpu = _service_cpu()  # W&B's service starts with the first logging
         runs = {}
         for domain in reduction.domains():
-            (logged,) = offline_runs(run / "wandb", run_id(RunDir(run), domain))
+            (logged,) = offline_runs(RunDir(run).wandb, run_id(RunDir(run), domain))
             rows = logged["history"]
             runs[domain] = {"rows": len(rows), "_step": [r["_step"] for r in rows],
                             STEP_METRIC: [r[STEP_METRIC] for r in rows],

@@ -15,10 +15,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.report import finish_run, reduce_run
+    from handoff.rundir import RunPaths
 
     if args.no_wandb:
         reduction = reduce_run(args.run_dir)
-        print(f"{reduction.n_episodes} episodes reduced: {args.run_dir}/reduced/metrics.json")
+        print(f"{reduction.n_episodes} episodes reduced: {RunPaths(args.run_dir).metrics}")
         return 0
     paths = finish_run(args.run_dir, report=False)
     for name, path in paths.items():

@@ -12,8 +12,8 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_run
 from handoff.report.render import write_report
-from handoff.report.rundir import RunDir, RunDirError
 from handoff.report.wandb_log import WandbResult, log_reduction
+from handoff.rundir import RunDir, RunDirError
 
 __all__ = ["ALL", "GroupMetrics", "Reduction", "RunDir", "RunDirError", "WandbResult", "finish_run",
            "log_reduction", "reduce_run", "write_report"]
@@ -36,12 +36,12 @@ def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, 
     scores, the W&B run directories (`wandb sync <path>/offline-run-*`) and the report files."""
     run = RunDir(run_dir)
     reduction = reduce_run(run.root)
-    paths = {"metrics": run.reduced / "metrics.json", "scores": run.reduced / "scores"}
+    paths = {"metrics": run.metrics, "scores": run.scores_dir}
     logger_cfg = (_as_dict(cfg) or run.config).get("logger") or {}
     result = log_reduction(run.root, reduction, logger_cfg)
     if result.mode != "disabled":
         paths["wandb"] = result.dir
-    errors = run.wandb / "errors.txt"
+    errors = run.wandb_errors
     if result.errors:
         write_atomic(errors, "\n".join(result.errors) + "\n")
         paths["wandb_errors"] = errors

@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from handoff.report.reducer import reduce_run
-from handoff.report.rundir import RunDir, RunDirError
 from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
 from handoff.rules import EpisodeScore
 from handoff.rules.metrics import Difference, PairedComparison, paired_difference
+from handoff.rundir import RunDir, RunDirError
 
 
 class Side(BaseModel):

@@ -4,12 +4,11 @@ tau2's own tools read them (`tau2 view`, `tau2.metrics.agent_metrics.compute_met
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from pathlib import Path
 
 from handoff.records import CorruptShard, EpisodeRecord, read_shard, write_atomic
-from handoff.report.rundir import RunDir
+from handoff.rundir import RunDir
 from handoff.tasks import get_task
 from handoff.tasks.upstream import tau2_commit
 
@@ -53,7 +52,6 @@ def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> li
     from tau2.data_model.simulation import Results
 
     run = RunDir(run_dir)
-    out = Path(out_dir) if out_dir is not None else run.root / "export"
     paths = []
     for (model, domain), records in sorted(_records_by_slice(run).items()):
         records.sort(key=lambda r: r.key)
@@ -63,7 +61,7 @@ def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> li
             tasks=[get_task(domain, task_id) for task_id in task_ids],
             simulations=[r.simulation_run() for r in records],
         )
-        path = out / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model)}__{domain}.json"
+        path = run.export_path(model, domain, out_dir)
         write_atomic(path, results.model_dump_json(indent=2))
         paths.append(path)
     return paths

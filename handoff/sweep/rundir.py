@@ -1,5 +1,5 @@
-"""The sweep's side of a run directory (layout: docs/architecture.md): the manifest, which shards
-are done / failed / corrupt / missing, partial shards, failed-shard records, and the run lock.
+"""The sweep's side of a run directory (paths and manifest: handoff.rundir): which shards are
+done / failed / corrupt / missing, partial shards, failed-shard records, and the run lock.
 
 Partial shards (partial/<id>.jsonl, one EpisodeRecord per line, appended and fsynced as each
 episode finishes) make sure a finished episode is never lost: a retried or resumed shard runs only
@@ -25,42 +25,23 @@ from handoff.records import (
     write_atomic,
     write_shard,
 )
+from handoff.rundir import RunPaths
 from handoff.sweep.plan import Shard
-
-MANIFEST = "manifest.json"
 
 
 class RunLocked(HandoffError, RuntimeError):
     """Another driver is running a sweep in this run directory."""
 
 
-class SweepRun:
+class SweepRun(RunPaths):
     def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self.shards_dir = self.root / "shards"
-        self.partial_dir = self.root / "partial"
-        self.failed_dir = self.root / "failed"
+        super().__init__(root)
         self._lock = None
-
-    # -- manifest ---------------------------------------------------------------------------------
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / MANIFEST
-
-    def exists(self) -> bool:
-        return self.manifest_path.is_file()
-
-    def read_manifest(self) -> dict:
-        return json.loads(self.manifest_path.read_text())
-
-    def write_manifest(self, manifest: dict, config_yaml: str) -> None:
-        write_atomic(self.manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        write_atomic(self.root / "config.yaml", config_yaml)
 
     def lock(self) -> None:
         """Hold an exclusive lock on the run for this process's lifetime (released if it dies)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        handle = open(self.root / ".lock", "w")
+        handle = open(self.lock_path, "w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,9 +55,6 @@ class SweepRun:
             self._lock = None
 
     # -- shard state ------------------------------------------------------------------------------
-    def shard_path(self, shard_id: str) -> Path:
-        return self.shards_dir / f"{shard_id}.jsonl"
-
     def is_done(self, shard: Shard) -> bool:
         """A complete, verified shard with exactly the planned episodes. A shard that fails the
         check is moved aside (never deleted) so that it is rerun."""
@@ -97,12 +75,12 @@ class SweepRun:
     def write_done(self, shard: Shard, records: dict[tuple, EpisodeRecord]) -> None:
         ordered = [records[e.key] for e in shard.episodes]
         write_shard(self.shard_path(shard.id), shard.id, ordered)
-        (self.partial_dir / f"{shard.id}.jsonl").unlink(missing_ok=True)
-        (self.failed_dir / f"{shard.id}.json").unlink(missing_ok=True)
+        self.partial_path(shard.id).unlink(missing_ok=True)
+        self.failed_path(shard.id).unlink(missing_ok=True)
 
     def read_partial(self, shard: Shard) -> dict[tuple, EpisodeRecord]:
         """The finished episodes of an unfinished shard; a torn last line (killed writer) is skipped."""
-        path = self.partial_dir / f"{shard.id}.jsonl"
+        path = self.partial_path(shard.id)
         planned = {e.key for e in shard.episodes}
         records: dict[tuple, EpisodeRecord] = {}
         if path.is_file():
@@ -117,14 +95,11 @@ class SweepRun:
 
     def append_partial(self, shard_id: str, record: EpisodeRecord) -> None:
         self.partial_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.partial_dir / f"{shard_id}.jsonl", "ab") as f:
+        with open(self.partial_path(shard_id), "ab") as f:
             f.write(b"\n" + record.model_dump_json().encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
 
     def write_failed(self, shard_id: str, error: str, attempts: int) -> None:
         body = {"shard_id": shard_id, "attempts": attempts, "error": error, "time": time.time()}
-        write_atomic(self.failed_dir / f"{shard_id}.json", json.dumps(body, indent=1) + "\n")
-
-    def failed_ids(self) -> list[str]:
-        return sorted(p.stem for p in self.failed_dir.glob("*.json"))
+        write_atomic(self.failed_path(shard_id), json.dumps(body, indent=1) + "\n")

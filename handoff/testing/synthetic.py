@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +17,7 @@ from tau2.data_model.tasks import RewardType
 
 from handoff.records import EpisodeRecord, Usage, write_shard
 from handoff.rules.events import FormatEvent, FormatKind
+from handoff.rundir import Manifest, RunPaths
 from handoff.tasks.labels import load_labels
 
 WRITE_TOOL = {"airline": ("cancel_reservation", {"reservation_id": "ZZZZZZ"}),
@@ -110,8 +110,7 @@ def write_run(run_dir: Path, checkpoints: dict[str, tuple[int, Behavior]], tasks
               trials: int = 1, shard_size: int = 50, name: str = "synthetic") -> Path:
     """A run directory with manifest.json (run_uuid, checkpoints, shard plan) and shards/ for every
     (checkpoint, domain, task, trial)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run = RunPaths(run_dir)
     config = {"name": name, "trials": trials, "seed": 0, "episode": {"max_steps": 30, "max_errors": 4},
               "model": {m: {"name": m, "step": step} for m, (step, _) in checkpoints.items()},
               "domain": {d: {"name": d} for d in tasks}}
@@ -121,12 +120,11 @@ def write_run(run_dir: Path, checkpoints: dict[str, tuple[int, Behavior]], tasks
             records = [episode(model, step, domain, t, k, behavior) for t in task_ids for k in range(trials)]
             for start in range(0, len(records), shard_size):
                 shard_id = f"{model}-{domain}-{start // shard_size:05d}"
-                write_shard(run_dir / "shards" / f"{shard_id}.jsonl", shard_id, records[start:start + shard_size])
+                write_shard(run.shard_path(shard_id), shard_id, records[start:start + shard_size])
                 plan.append({"id": shard_id, "model": model, "domain": domain})
-    manifest = {"name": name, "run_uuid": uuid.uuid4().hex, "config": config, "shards": plan,
-                "checkpoints": [{"name": m, "step": step} for m, (step, _) in checkpoints.items()]}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return run_dir
+    run.write_manifest(Manifest(name=name, config=config, shards=plan,
+                                checkpoints=[{"name": m, "step": step} for m, (step, _) in checkpoints.items()]))
+    return run.root
 
 
 def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")) -> dict[str, list[str]]:
@@ -139,3 +137,4 @@ def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")
             chosen[domain].append(task_id)
             taken[key] = taken.get(key, 0) + 1
     return chosen
+

@@ -36,9 +36,9 @@ def test_help_lists_commands_in_workflow_order_with_examples():
 def test_user_errors_share_one_base():
     from handoff.cli import UsageError
     from handoff.records import CorruptShard
-    from handoff.report.rundir import RunDirError
     from handoff.rules.context import UnknownDomain
     from handoff.rules.trajectory import TrajectoryLoadError
+    from handoff.rundir import RunDirError
     from handoff.sweep.config import ConfigError
     from handoff.sweep.manifest import ResumeRefused
     from handoff.sweep.rundir import RunLocked

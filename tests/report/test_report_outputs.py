@@ -13,6 +13,7 @@ from handoff.cli import main
 from handoff.records import read_shard, write_shard
 from handoff.report import finish_run, reduce_run
 from handoff.report.render import fmt
+from handoff.rundir import RunPaths
 from handoff.testing.synthetic import Behavior, episode, sample_tasks, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.95)), "bad": (200, Behavior(correct_handoff=0.2))}
@@ -27,14 +28,14 @@ def run(tmp_path_factory):
 
 def _add_twin(run):
     """A checkpoint "twin" with the very episodes of "good" but for one hand-off decision."""
-    records = [r.model_copy(update={"model": "twin"}) for p in sorted((run / "shards").glob("good-*")) for r in read_shard(p)]
+    records = [r.model_copy(update={"model": "twin"}) for p in sorted(RunPaths(run).shards_dir.glob("good-*")) for r in read_shard(p)]
     first = records[0]
     for behavior in (Behavior(correct_handoff=0.0), Behavior(correct_handoff=1.0)):
         flipped = episode("twin", first.step, first.domain, first.task_id, first.trial, behavior)
         if flipped.simulation["messages"] != first.simulation["messages"]:
             records[0] = flipped
             break
-    write_shard(run / "shards" / "twin.jsonl", "twin", records)
+    write_shard(RunPaths(run).shard_path("twin"), "twin", records)
 
 
 def _compare(capsys, *args) -> dict:
@@ -45,16 +46,16 @@ def _compare(capsys, *args) -> dict:
 def test_report_writes_markdown_html_and_plots(run, capsys):
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
-    md = (run / "report" / "report.md").read_text()
+    md = RunPaths(run).report_md.read_text()
     reduction = reduce_run(run)
     for g in reduction.slices():
         m = g.metrics
         row = f"| {g.model} | {g.step} | {g.domain} | {m.n_episodes} | {fmt(m.handoff.accuracy)} | {fmt(m.handoff.precision)}"
         assert row in md
-    html = (run / "report" / "report.html").read_text()
+    html = RunPaths(run).report_html.read_text()
     assert "<table>" in html and "<h1>Hand-off report: synthetic</h1>" in html
     for name in ("confusion", "precision_recall", "rates"):
-        png = run / "report" / "plots" / f"{name}.png"
+        png = RunPaths(run).plots_dir / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert f'src="plots/{name}.png"' in html and str(png) in out
 
@@ -97,7 +98,7 @@ def test_compare_two_runs(run, tmp_path, capsys):
 
 def test_a_run_without_episodes_still_gets_its_files(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    (tmp_path / "manifest.json").write_text('{"name": "empty", "config": {}}')
+    RunPaths(tmp_path).manifest_path.write_text('{"name": "empty", "config": {}}')  # a version-1 manifest
     paths = finish_run(tmp_path)
     assert json.loads(paths["metrics"].read_text())["n_episodes"] == 0
     assert "No episodes yet" in paths["report_md"].read_text() and paths["report_html"].is_file()

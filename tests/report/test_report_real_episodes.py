@@ -13,6 +13,7 @@ from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 from handoff.records import write_shard
 from handoff.report import finish_run
 from handoff.report.export import export_results
+from handoff.rundir import Manifest, RunPaths
 from tests.support.agent import call, run
 
 TRANSFER = call("transfer_to_human_agents", {"summary": "user wants a human"})
@@ -27,9 +28,9 @@ def run_dir(tmp_path_factory):
         run(["<tool_call>{not json</tool_call>", "Sorry."], ["Hi.", "###STOP###"], task_id="2"),
     ]
     records = [e.to_record("scripted", step=5) for e in episodes]
-    write_shard(root / "shards" / "s0.jsonl", "s0", records)
+    write_shard(RunPaths(root).shard_path("s0"), "s0", records)
     config = {"name": "real", "logger": {"mode": "offline"}, "episode": {"max_steps": 30, "max_errors": 4}}
-    (root / "manifest.json").write_text(json.dumps({"name": "real", "config": config}))
+    RunPaths(root).write_manifest(Manifest(name="real", config=config))
     return root
 
 

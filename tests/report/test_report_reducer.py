@@ -9,9 +9,9 @@ import pytest
 
 from handoff.records import read_shard, write_shard
 from handoff.report.reducer import ALL, Reduction, reduce_run
-from handoff.report.rundir import RunDirError
 from handoff.report.scoring import Scorer
 from handoff.rules.metrics import compute_metrics
+from handoff.rundir import RunDirError, RunPaths
 from handoff.testing.synthetic import Behavior, episode, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.9)), "bad": (200, Behavior(correct_handoff=0.3))}
@@ -54,21 +54,21 @@ def test_groups_are_the_rules_metrics_of_each_slice(run, tasks):
 
 def test_reducing_again_is_idempotent_and_reads_nothing(run):
     reduce_run(run)
-    before = _files(run / "reduced")
+    before = _files(RunPaths(run).reduced)
     scorer = CountingScorer.for_config({})
     again = reduce_run(run, scorer)
     assert scorer.scored == 0
-    assert _files(run / "reduced") == before
-    shutil.rmtree(run / "reduced")  # from the shards alone
+    assert _files(RunPaths(run).reduced) == before
+    shutil.rmtree(RunPaths(run).reduced)  # from the shards alone
     rebuilt = reduce_run(run, CountingScorer.for_config({}))
-    assert _files(run / "reduced") == before
+    assert _files(RunPaths(run).reduced) == before
     assert rebuilt.groups == again.groups
 
 
 def test_resume_scores_only_new_shards(run, tasks, tmp_path):
     reduce_run(run)
     extra = [episode("good", 100, "airline", task_id, 1, CHECKPOINTS["good"][1]) for task_id in tasks["airline"]]
-    write_shard(run / "shards" / "good-airline-trial1.jsonl", "good-airline-trial1", extra)
+    write_shard(RunPaths(run).shard_path("good-airline-trial1"), "good-airline-trial1", extra)
     scorer = CountingScorer.for_config({})
     updated = reduce_run(run, scorer)
     assert scorer.scored == len(extra)
@@ -79,7 +79,7 @@ def test_resume_scores_only_new_shards(run, tasks, tmp_path):
 
 def test_a_rewritten_shard_is_scored_again(run):
     reduce_run(run)
-    shard = sorted((run / "shards").glob("good-*.jsonl"))[0]
+    shard = sorted(RunPaths(run).shards_dir.glob("good-*.jsonl"))[0]
     records = read_shard(shard)
     flipped = [r.model_copy(update={"model": "other"}) for r in records]
     write_shard(shard, shard.stem, flipped)
@@ -91,16 +91,16 @@ def test_a_rewritten_shard_is_scored_again(run):
 
 def test_corrupt_shard_is_reported_and_the_rest_reduced(run):
     first = reduce_run(run)
-    shard = sorted((run / "shards").glob("*.jsonl"))[0]
+    shard = sorted(RunPaths(run).shards_dir.glob("*.jsonl"))[0]
     shard.write_bytes(shard.read_bytes()[:-20])
     reduction = reduce_run(run)
     assert reduction.corrupt_shards == [shard.stem]
     assert reduction.n_episodes == first.n_episodes - 5
-    assert not (run / "reduced" / "scores" / shard.name).exists()
+    assert not RunPaths(run).scores_path(shard.stem).exists()
 
 
 def test_duplicated_episode_is_an_error(run):
-    shard = sorted((run / "shards").glob("*.jsonl"))[0]
+    shard = sorted(RunPaths(run).shards_dir.glob("*.jsonl"))[0]
     shutil.copy(shard, shard.with_name("copy.jsonl"))
     with pytest.raises(RunDirError, match="appears in shards"):
         reduce_run(run)

@@ -3,14 +3,15 @@ transaction log, protobuf records of wandb's own schema, and the table files).""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 
 import pytest
 
 from handoff.report import finish_run, reduce_run
 from handoff.report.compare import compare, format_table, side_scores
-from handoff.report.rundir import RunDir
 from handoff.report.wandb_log import (
     STEP_METRIC,
     TABLE_COLUMNS,
@@ -22,6 +23,7 @@ from handoff.report.wandb_log import (
     run_id,
     run_name,
 )
+from handoff.rundir import RunDir, RunPaths
 from handoff.testing.synthetic import Behavior, write_run
 from handoff.testing.wandb_offline import history, offline_runs
 
@@ -48,9 +50,9 @@ def run(tmp_path, tasks):
 def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
     paths = finish_run(run, report=False)
     reduction = reduce_run(run)
-    assert paths["wandb"] == run / "wandb" and "wandb_errors" not in paths
+    assert paths["wandb"] == RunPaths(run).wandb and "wandb_errors" not in paths
     for domain in ("airline", "retail"):
-        (logged,) = offline_runs(run / "wandb", run_id(RunDir(run), domain))
+        (logged,) = offline_runs(RunPaths(run).wandb, run_id(RunDir(run), domain))
         rows = logged["history"]
         assert [r["_step"] for r in rows] == [0, 1, 2] and [r[STEP_METRIC] for r in rows] == STEPS
         for row, (ckpt, step) in zip(rows, reduction.checkpoints()):
@@ -74,7 +76,7 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
         assert (r.run_group, r.display_name, r.job_type, r.project) == (f"run/{domain}",) * 2 + ("eval", "handoff")
         assert {"synthetic", domain} <= set(r.tags)
         config = {u.key: json.loads(u.value_json) for u in r.config.update}
-        assert config["eval"]["domain"] == domain and config["eval"]["run_uuid"] == RunDir(run).manifest["run_uuid"]
+        assert config["eval"]["domain"] == domain and config["eval"]["run_uuid"] == RunDir(run).manifest.run_uuid
         tables = sorted(logged["dir"].glob("files/media/table/episodes_*.table.json"))
         assert len(tables) == 3
         for path in tables:
@@ -89,24 +91,24 @@ def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep
     cfg = {"training_run": "ent/proj/train-1"}
     aside = tmp_path / "aside"
     aside.mkdir()
-    for shard in (failed / "shards").glob("ckpt-200-retail-*.jsonl"):  # the middle checkpoint's shards fail
+    for shard in RunPaths(failed).shards_dir.glob("ckpt-200-retail-*.jsonl"):  # the middle checkpoint's shards fail
         shard.rename(aside / shard.name)
-        (failed / "failed").mkdir(exist_ok=True)
-        (failed / "failed" / f"{shard.stem}.json").write_text('{"error": "worker lost"}')
+        RunPaths(failed).failed_dir.mkdir(exist_ok=True)
+        RunPaths(failed).failed_path(shard.stem).write_text('{"error": "worker lost"}')
     first = log_reduction(failed, reduce_run(failed), cfg)
     assert first.held_back == ["retail: ckpt-300 (waits for ckpt-200)"] and not first.errors
     retail = run_id(RunDir(failed), "retail")
-    assert [r[STEP_METRIC] for r in history(offline_runs(failed / "wandb", retail))] == [100]
+    assert [r[STEP_METRIC] for r in history(offline_runs(RunPaths(failed).wandb, retail))] == [100]
 
     for shard in aside.iterdir():  # the resume finishes them
-        shard.rename(failed / "shards" / shard.name)
-        (failed / "failed" / f"{shard.stem}.json").unlink()
+        shard.rename(RunPaths(failed).shards_dir / shard.name)
+        RunPaths(failed).failed_path(shard.stem).unlink()
     second = log_reduction(failed, reduce_run(failed), cfg)
     assert not second.held_back and not second.errors and second.logged_rows == 2
-    n_dirs = len(list((failed / "wandb").glob("offline-run-*")))
+    n_dirs = len(list(RunPaths(failed).wandb.glob("offline-run-*")))
     again = log_reduction(failed, reduce_run(failed), cfg)
-    assert again.logged_rows == 0 and len(list((failed / "wandb").glob("offline-run-*"))) == n_dirs
-    redone = next((failed / "shards").glob("ckpt-200-retail-*.jsonl"))
+    assert again.logged_rows == 0 and len(list(RunPaths(failed).wandb.glob("offline-run-*"))) == n_dirs
+    redone = next(RunPaths(failed).shards_dir.glob("ckpt-200-retail-*.jsonl"))
     redone.rename(aside / redone.name)  # a logged checkpoint's shard is being redone: W&B keeps its rows
     during = log_reduction(failed, reduce_run(failed), cfg)
     assert (during.logged_rows, during.held_back, during.errors) == (0, [], [])
@@ -114,20 +116,20 @@ def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep
 
     log_reduction(clean, reduce_run(clean))
     for domain in ("airline", "retail"):
-        resumed = offline_runs(failed / "wandb", run_id(RunDir(failed), domain))
+        resumed = offline_runs(RunPaths(failed).wandb, run_id(RunDir(failed), domain))
         assert len(resumed) == (2 if domain == "retail" else 1)
         # named after their first row, not only the second they started in: never the same directory
         assert [r["dir"].name.rsplit("-", 1)[1] for r in resumed] == ["from0", "from1"][:len(resumed)]
         assert [r["run"].run_id for r in resumed] == [run_id(RunDir(failed), domain)] * len(resumed)
-        expected = history(offline_runs(clean / "wandb", run_id(RunDir(clean), domain)))
+        expected = history(offline_runs(RunPaths(clean).wandb, run_id(RunDir(clean), domain)))
         assert [r["_step"] for r in history(resumed)] == [0, 1, 2]
         assert history(resumed) == expected
         assert resumed[-1]["summary"]["best/checkpoint"] in CHECKPOINTS
-        groups = {r["run"].run_group for r in resumed + offline_runs(clean / "wandb", run_id(RunDir(clean), domain))}
+        groups = {r["run"].run_group for r in resumed + offline_runs(RunPaths(clean).wandb, run_id(RunDir(clean), domain))}
         assert groups == {f"failed/{domain}", f"clean/{domain}"}  # two sweeps: two lines, one domain each
 
-    (training,) = offline_runs(failed / "wandb", "train-1")[:1]
-    trained = history(offline_runs(failed / "wandb", "train-1"))
+    (training,) = offline_runs(RunPaths(failed).wandb, "train-1")[:1]
+    trained = history(offline_runs(RunPaths(failed).wandb, "train-1"))
     assert (training["run"].entity, training["run"].project) == ("ent", "proj")
     for domain in ("airline", "retail"):
         mine = [row for row in trained if f"eval/{domain}/handoff/f1" in row]
@@ -146,12 +148,12 @@ def test_unreachable_server_loses_nothing(run, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
     paths = finish_run(run, {"logger": {"mode": "online", "init_timeout_s": 5}}, report=False)
-    assert (run / "reduced" / "metrics.json").is_file()
+    assert RunPaths(run).metrics.is_file()
     errors = paths["wandb_errors"].read_text().splitlines()
     assert len(errors) == 1 and "(online)" in errors[0]  # the rest went straight to offline files
     assert "W&B logging failed" in capsys.readouterr().err
     for domain in ("airline", "retail"):
-        rows = history(offline_runs(run / "wandb", run_id(RunDir(run), domain)))
+        rows = history(offline_runs(RunPaths(run).wandb, run_id(RunDir(run), domain)))
         assert [r[STEP_METRIC] for r in rows] == STEPS
 
 
@@ -172,7 +174,7 @@ def test_settings_follow_wandb_variables_and_the_config_wins(run, tmp_path, monk
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     paths = finish_run(run, report=False)
-    assert "wandb" not in paths and not (run / "wandb").exists()
+    assert "wandb" not in paths and not RunPaths(run).wandb.exists()
     monkeypatch.setenv("WANDB_MODE", "offline")
     elsewhere = tmp_path / "elsewhere"
     monkeypatch.setenv("WANDB_DIR", str(elsewhere))
@@ -201,3 +203,19 @@ def test_compare_names_the_wandb_runs_and_steps(run, tmp_path, tasks, monkeypatc
     table = format_table(cmp)
     assert f"W&B A: team/handoff/runs/{run_id(RunDir(run), 'retail')} at {STEP_METRIC} = 200" in table
     assert f"W&B B: team/handoff/runs/{run_id(RunDir(other), 'retail')} at {STEP_METRIC} = 9" in table
+
+
+def test_runs_from_before_the_manifest_version_keep_their_wandb_run_ids(tmp_path, tasks):
+    """A manifest without a version keeps its run_uuid; one without run_uuid either gets the sha256 of
+    the file, from which W&B run ids were derived before the manifest was typed."""
+    run = write_run(tmp_path / "sweep", {"c": (1, Behavior())}, {"retail": tasks["retail"][:1]})
+    manifest = json.loads(RunPaths(run).manifest_path.read_text())
+    del manifest["version"]
+    RunPaths(run).manifest_path.write_text(json.dumps(manifest))
+    assert RunDir(run).manifest.version == 1 and RunDir(run).manifest.run_uuid == manifest["run_uuid"]
+    del manifest["run_uuid"]
+    RunPaths(run).manifest_path.write_text(json.dumps(manifest))
+    digest = hashlib.sha256(RunPaths(run).manifest_path.read_bytes()).hexdigest()
+    assert RunDir(run).manifest.run_uuid == digest
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{RunDir(run).name}-retail")[:40]
+    assert run_id(RunDir(run), "retail") == f"{slug}-{hashlib.sha256(f'{digest}|retail'.encode()).hexdigest()[:12]}"

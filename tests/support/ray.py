@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 
 from handoff.records import read_shard_header
+from handoff.rundir import RunPaths
 
 
 def ray_processes(title: str) -> list[psutil.Process]:
@@ -27,8 +28,8 @@ def ray_processes(title: str) -> list[psutil.Process]:
 
 def recorded(run_dir: Path) -> int:
     """Finished episodes so far: in partial shards and in complete ones."""
-    partial = sum(1 for p in (run_dir / "partial").glob("*.jsonl") for line in p.read_bytes().splitlines() if line)
-    return partial + sum(read_shard_header(p)["n"] for p in (run_dir / "shards").glob("*.jsonl"))
+    partial = sum(1 for p in RunPaths(run_dir).partial_dir.glob("*.jsonl") for line in p.read_bytes().splitlines() if line)
+    return partial + sum(read_shard_header(p)["n"] for p in RunPaths(run_dir).shards_dir.glob("*.jsonl"))
 
 
 def kill_mid_run(run_dir: Path, plan: list[tuple[int, str]], killed: list, timeout: float = 900) -> threading.Thread:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from handoff.errors import ConfigError
+from handoff.rundir import RunPaths
 from handoff.sweep.__main__ import main as sweep_main
 from handoff.sweep.run import compose, merge_overrides, prepare
 
@@ -96,7 +97,7 @@ def test_bad_value_exits_2_naming_the_key_before_ray(tmp_path, capsys, entry, ov
     assert not ray.is_initialized() and not ray_dir.exists()  # Ray never started
     # Resources are execution keys, checked once the run is planned: it can be resumed with others.
     planned = "cluster.num_" in override
-    assert (run_dir / "manifest.json").exists() == planned
+    assert RunPaths(run_dir).exists() == planned
 
 
 def test_multirun_runs_every_job_and_returns_the_worst_status(tmp_path):
@@ -143,12 +144,12 @@ def test_multirun_of_two_scripted_sweeps_then_a_failed_report_exits_1(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for seed in (0, 1):
         run_dir = base / f"m{seed}"
-        assert len(list((run_dir / "shards").glob("*.jsonl"))) == 1, seed
-        assert (run_dir / "report" / "report.md").is_file()
+        assert len(RunPaths(run_dir).shards()) == 1, seed
+        assert RunPaths(run_dir).report_md.is_file()
     # A failure while reducing or reporting never exits 0: report/ is a file, so the report fails.
     run_dir = base / "m0"
-    shutil.rmtree(run_dir / "report")
-    (run_dir / "report").write_text("not a directory")
+    shutil.rmtree(RunPaths(run_dir).report)
+    RunPaths(run_dir).report.write_text("not a directory")
     proc = hydra(f"resume={run_dir}", entry="python -m handoff.sweep")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "report error" in proc.stdout and "Traceback" in proc.stderr

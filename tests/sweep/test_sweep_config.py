@@ -11,6 +11,7 @@ import pytest
 
 import handoff  # noqa: F401
 from handoff.records import EpisodeRecord
+from handoff.rundir import Manifest
 from handoff.sweep.config import (
     ConfigError,
     checkpoints,
@@ -194,11 +195,11 @@ def test_repetition_penalty_is_in_the_hash_only_when_set(tmp_path):
 def test_resume_check_says_what_changed():
     base = {"config": {"trials": 1, "run_dir": "a"}, "config_hash": "x", "tau2_version": "26.3",
             "hashes": {"labels_sha256": "L1"}, "tasks_hash": "T", "shards": []}
-    check_resumable(base, dict(base))
+    check_resumable(Manifest(**base), Manifest(**base))
     changed = {**base, "config": {"trials": 2, "run_dir": "b"}, "config_hash": "y",
                "hashes": {"labels_sha256": "L2"}}
     with pytest.raises(ResumeRefused) as info:
-        check_resumable(base, changed)
+        check_resumable(Manifest(**base), Manifest(**changed))
     message = str(info.value)
     assert "trials: 1 -> 2" in message and "labels_sha256 changed: L1 -> L2" in message
     assert "run_dir" not in message

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 
 import handoff  # noqa: F401
 from handoff.records import read_shard
+from handoff.rundir import MANIFEST_VERSION, RunPaths
 from handoff.sweep.manifest import ResumeRefused
 from handoff.sweep.run import compose, run_sweep
 from tests.support.ray import kill_mid_run
@@ -41,7 +43,7 @@ def resume(run_dir: Path, *extra: str):
 def result_set(run_dir: Path) -> dict:
     """Every episode of a run by key, without run-specific ids and times; asserts no duplicates."""
     out = {}
-    for path in sorted((run_dir / "shards").glob("*.jsonl")):
+    for path in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")):
         for r in read_shard(path):
             assert r.key not in out, f"episode {r.key} recorded twice"
             sim = r.simulation
@@ -64,11 +66,12 @@ def test_uninterrupted_sweep_records_every_episode_once(baseline):
     results = result_set(run_dir)
     assert len(results) == N_EPISODES == summary.episodes_done == summary.episodes_total
     assert summary.shards_failed == [] and summary.episode_failures == 0
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["n_episodes"] == N_EPISODES and len(manifest["shards"]) == 2
-    assert {"labels_sha256", "splits_sha256", "tasks_sha256"} <= manifest["hashes"].keys()
-    assert manifest["tau2_version"] == "26.3" and len(manifest["config_hash"]) == 64
-    assert (run_dir / "config.yaml").is_file()
+    manifest = RunPaths(run_dir).read_manifest()
+    assert manifest.n_episodes == N_EPISODES and len(manifest.shards) == 2
+    assert {"labels_sha256", "splits_sha256", "tasks_sha256"} <= manifest.hashes.keys()
+    assert manifest.tau2_version == "26.3" and len(manifest.config_hash) == 64
+    assert manifest.version == MANIFEST_VERSION and uuid.UUID(manifest.run_uuid).version == 4
+    assert RunPaths(run_dir).config_yaml.is_file()
     # the scripted agent transfers, the scripted user stops: a real, evaluated tau2 episode
     assert {r[1] for r in results.values()} == {"user_stop"}
     assert all(any("transfer_to_human_agents" in m[2] for m in r[3]) for r in results.values())
@@ -93,10 +96,10 @@ def test_failing_shard_is_recorded_and_the_sweep_goes_on(ray_cluster, tmp_path):
     broken = "engine.script.fail_sessions='^user/[^/]+/retail/[^/]+/0/'"  # every trial-0 user turn ...
     _, summary = sweep(run_dir, broken, "trials=2", "tasks.limit=1", "shard_size=1")
     assert summary.shards_failed == ["smollm2-135m-instruct__retail__t0__0000"]
-    failed = json.loads((run_dir / "failed" / f"{summary.shards_failed[0]}.json").read_text())
+    failed = json.loads(RunPaths(run_dir).failed_path(summary.shards_failed[0]).read_text())
     assert "scripted failure" in failed["error"] and failed["attempts"] == 3
     assert summary.episode_failures == 3
-    done = run_dir / "shards" / "smollm2-135m-instruct__retail__t1__0000.jsonl"  # ... but trial 1 runs
+    done = RunPaths(run_dir).shard_path("smollm2-135m-instruct__retail__t1__0000")  # ... but trial 1 runs
     assert len(read_shard(done)) == 1
     mtime = done.stat().st_mtime_ns
     _, again = resume(run_dir)  # only the failed shard runs again (and fails again)
@@ -112,25 +115,27 @@ def test_driver_sigkill_then_resume_equals_uninterrupted(baseline, tmp_path, ray
     driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 600
-        while not list((run_dir / "shards").glob("*.jsonl")) and time.monotonic() < deadline:
+        while not list(RunPaths(run_dir).shards_dir.glob("*.jsonl")) and time.monotonic() < deadline:
             assert driver.poll() is None, "the driver ended before it could be killed"
             time.sleep(0.2)
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
-    shards_before = len(list((run_dir / "shards").glob("*.jsonl")))
+    shards_before = len(list(RunPaths(run_dir).shards_dir.glob("*.jsonl")))
     assert 1 <= shards_before < 2
-    _, summary = resume(run_dir)
+    run_uuid = RunPaths(run_dir).read_manifest().run_uuid
+    prepared, summary = resume(run_dir)
+    assert prepared.manifest.run_uuid == run_uuid == RunPaths(run_dir).read_manifest().run_uuid
     assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
     assert result_set(run_dir) == result_set(baseline[0])
 
 
 def test_resume_of_a_finished_run_runs_nothing(baseline):
     run_dir = baseline[0]
-    before = {p: p.stat().st_mtime_ns for p in (run_dir / "shards").glob("*.jsonl")}
+    before = {p: p.stat().st_mtime_ns for p in RunPaths(run_dir).shards_dir.glob("*.jsonl")}
     _, summary = resume(run_dir)
     assert summary.episodes_done == N_EPISODES and summary.episode_failures == 0
-    assert {p: p.stat().st_mtime_ns for p in (run_dir / "shards").glob("*.jsonl")} == before
+    assert {p: p.stat().st_mtime_ns for p in RunPaths(run_dir).shards_dir.glob("*.jsonl")} == before
 
 
 def test_changed_config_refuses_to_resume(baseline, tmp_path):
@@ -141,11 +146,22 @@ def test_changed_config_refuses_to_resume(baseline, tmp_path):
         resume(run_dir, "engine.script.user=[hi,bye]")
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["hashes"]["labels_sha256"] = "0" * 64
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest = RunPaths(copy).read_manifest()
+    manifest.hashes["labels_sha256"] = "0" * 64
+    RunPaths(copy).write_manifest(manifest)
     with pytest.raises(ResumeRefused, match="labels_sha256 changed"):
         resume(copy)
+
+
+def test_a_run_from_before_the_manifest_version_resumes(baseline, tmp_path):
+    """A version-1 manifest (no version, no run_uuid) loads, and resumes with a stable run_uuid."""
+    copy = shutil.copytree(baseline[0], tmp_path / "old")
+    legacy = json.loads(RunPaths(copy).manifest_path.read_text())
+    del legacy["version"], legacy["run_uuid"]
+    RunPaths(copy).manifest_path.write_text(json.dumps(legacy))
+    prepared, summary = resume(copy)
+    assert summary.episodes_done == N_EPISODES and summary.episode_failures == 0
+    assert prepared.manifest.version == 1 and prepared.manifest.run_uuid == RunPaths(copy).read_manifest().run_uuid
 
 
 def test_changed_config_refuses_to_resume_from_the_command_line(baseline):

@@ -5,7 +5,6 @@ the reducer, W&B offline files and the report."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 import handoff  # noqa: F401
 from handoff.records import read_shard
+from handoff.rundir import RunPaths
 from tests.support.ray import kill_mid_run
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.ray]
@@ -33,18 +33,18 @@ def test_real_engine_sweep_with_engine_kill_then_report(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert killed and killed[0][0] == 1, f"the engine was not killed between the episodes: {killed}"
 
-    records = [r for p in sorted((run_dir / "shards").glob("*.jsonl")) for r in read_shard(p)]
+    records = [r for p in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")) for r in read_shard(p)]
     assert sorted(r.task_id for r in records) == sorted({r.task_id for r in records}) and len(records) == 2
     for r in records:  # both episodes really generated on vLLM, before and after the restart
         assert r.usage.agent_turns >= 1 and r.usage.completion_tokens > 0 and r.usage.user_completion_tokens > 0
         assert r.simulation["reward_info"] is not None
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["config"]["engine"]["kind"] == "vllm" and manifest["n_episodes"] == 2
+    manifest = RunPaths(run_dir).read_manifest()
+    assert manifest.config["engine"]["kind"] == "vllm" and manifest.n_episodes == 2
 
     out = proc.stdout
-    assert f"results: {run_dir / 'shards'}" in out and "2/2 episodes" in out
+    assert f"results: {RunPaths(run_dir).shards_dir}" in out and "2/2 episodes" in out
     for line in out.splitlines():  # every path the sweep printed exists: metrics, W&B, report
         if line.startswith("  ") and ": /" in line:
             assert (tmp_path / line.split(": ", 1)[1]).exists(), line
-    assert list((run_dir / "wandb").rglob("*.wandb")), "no W&B offline run"
+    assert list(RunPaths(run_dir).wandb.rglob("*.wandb")), "no W&B offline run"
     print(f"real-engine sweep (2 episodes, one engine restart): {time.monotonic() - started:.0f}s")

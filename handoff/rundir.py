@@ -1,0 +1,184 @@
+"""The run directory: every path in it and its manifest, for every writer and reader (the sweep,
+the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md shows the tree.
+
+    runs/<name>/
+      manifest.json               Manifest (versioned; run_uuid made once, kept across resumes)
+      config.yaml                 the resolved Hydra config
+      .lock                       held (flock) by the sweep driver while it runs
+      shards/<id>.jsonl           finished shards (handoff.records format)
+      partial/<id>.jsonl          episodes of unfinished shards, one record a line
+      failed/<id>.json            shards that kept failing: error and attempts
+      reduced/metrics.json        the reduction
+      reduced/scores/<id>.jsonl   per-shard score cache
+      export/<ckpt>__<domain>.json  tau2 Results export
+      wandb/                      W&B's own files (offline-run-*, unless logger.dir puts them elsewhere),
+                                  logged.json (rows logged per W&B run), errors.txt when logging failed
+      report/                     report.md, report.html, plots/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from handoff.errors import HandoffError
+from handoff.records import write_atomic
+
+MANIFEST_VERSION = 2
+"""1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
+Manifest with its version."""
+
+
+class RunDirError(HandoffError, ValueError):
+    """A path that is not a usable run directory, or a run that cannot be reported."""
+
+
+class Manifest(BaseModel):
+    """What a sweep computes and from what. Every field has a default so that manifests of old runs
+    (version 1) and the minimal ones of synthetic runs load; unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = MANIFEST_VERSION
+    run_uuid: str = Field(default_factory=lambda: uuid.uuid4().hex,
+                          description="made when the run directory is created; W&B run ids derive from it")
+    name: str = ""
+    created: str = ""
+    config: dict[str, Any] = Field(default_factory=dict, description="the resolved sweep config")
+    config_hash: str = ""
+    overrides: list[str] = Field(default_factory=list)
+    tau2_version: str = ""
+    hashes: dict[str, str] = Field(default_factory=dict, description="label, split and task-set file hashes")
+    tasks_hash: str = ""
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.config.Checkpoint")
+    shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
+    n_episodes: int = 0
+
+    @model_validator(mode="after")
+    def _known_version(self) -> "Manifest":
+        if not 1 <= self.version <= MANIFEST_VERSION:
+            raise ValueError(f"manifest version {self.version} is unknown to this handoff "
+                             f"(it reads versions 1 to {MANIFEST_VERSION})")
+        return self
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Manifest":
+        """Parse a manifest file's content. A version-1 manifest without run_uuid gets the sha256 of
+        the file: stable across reads (the file is never rewritten), and the W&B run ids of such runs
+        were always derived from it."""
+        raw = text.encode() if isinstance(text, str) else text
+        data = json.loads(raw)
+        if isinstance(data, dict) and "version" not in data:
+            data = {**data, "version": 1}
+            data.setdefault("run_uuid", hashlib.sha256(raw).hexdigest())
+        return cls.model_validate(data)
+
+    @property
+    def run_name(self) -> str:
+        """The sweep name recorded in the manifest or its config; "" when none."""
+        for source in (self.name, self.config.get("name"), (self.config.get("sweep") or {}).get("name")):
+            if isinstance(source, str) and source:
+                return source
+        return ""
+
+
+class RunPaths:
+    """Every path of a run directory (nothing is read or created)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    manifest_path = property(lambda self: self.root / "manifest.json")
+    config_yaml = property(lambda self: self.root / "config.yaml")
+    lock_path = property(lambda self: self.root / ".lock")
+    shards_dir = property(lambda self: self.root / "shards")
+    partial_dir = property(lambda self: self.root / "partial")
+    failed_dir = property(lambda self: self.root / "failed")
+    reduced = property(lambda self: self.root / "reduced")
+    metrics = property(lambda self: self.reduced / "metrics.json")
+    scores_dir = property(lambda self: self.reduced / "scores")
+    export_dir = property(lambda self: self.root / "export")
+    wandb = property(lambda self: self.root / "wandb")
+    wandb_errors = property(lambda self: self.wandb / "errors.txt")
+    wandb_logged = property(lambda self: self.wandb / "logged.json")  # the rows each W&B run holds
+    report = property(lambda self: self.root / "report")
+    report_md = property(lambda self: self.report / "report.md")
+    report_html = property(lambda self: self.report / "report.html")
+    plots_dir = property(lambda self: self.report / "plots")
+
+    def shard_path(self, shard_id: str) -> Path:
+        return self.shards_dir / f"{shard_id}.jsonl"
+
+    def partial_path(self, shard_id: str) -> Path:
+        return self.partial_dir / f"{shard_id}.jsonl"
+
+    def failed_path(self, shard_id: str) -> Path:
+        return self.failed_dir / f"{shard_id}.json"
+
+    def scores_path(self, shard_id: str) -> Path:
+        return self.scores_dir / f"{shard_id}.jsonl"
+
+    def export_path(self, model: str, domain: str, out_dir: str | Path | None = None) -> Path:
+        out = Path(out_dir) if out_dir is not None else self.export_dir
+        return out / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model)}__{domain}.json"
+
+    def shards(self) -> list[Path]:
+        """Finished shard files, by name."""
+        return sorted(self.shards_dir.glob("*.jsonl"))
+
+    def failed_ids(self) -> list[str]:
+        return sorted(p.stem for p in self.failed_dir.glob("*.json"))
+
+    def exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def read_manifest(self) -> Manifest:
+        try:
+            return Manifest.from_json(self.manifest_path.read_bytes())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{self.manifest_path}: not valid JSON ({exc})") from exc
+        except ValidationError as exc:
+            raise RunDirError(f"{self.manifest_path}: not a valid run manifest: {_first_error(exc)}") from exc
+        except OSError as exc:
+            raise RunDirError(f"{self.manifest_path}: cannot read: {exc}") from exc
+
+    def write_manifest(self, manifest: Manifest, config_yaml: str | None = None) -> None:
+        write_atomic(self.manifest_path, manifest.model_dump_json(indent=1) + "\n")
+        if config_yaml is not None:
+            write_atomic(self.config_yaml, config_yaml)
+
+
+class RunDir(RunPaths):
+    """An existing run directory as its readers see it: the manifest must be there and valid."""
+
+    def __init__(self, root: str | Path):
+        super().__init__(root)
+        if not self.exists():
+            raise RunDirError(f"{self.root}: not a run directory (no manifest.json)")
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        return self.read_manifest()
+
+    @property
+    def config(self) -> dict:
+        """The resolved sweep config recorded in the manifest."""
+        return self.manifest.config
+
+    @property
+    def name(self) -> str:
+        """The sweep name: W&B group and report title (default: the directory's name)."""
+        return self.manifest.run_name or self.root.resolve().name
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(map(str, err["loc"]))
+    return f"{where}: {err['msg']}" if where else err["msg"]
