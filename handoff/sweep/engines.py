@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -217,15 +218,36 @@ class EngineHost:
         return os.getpid()
 
     async def load(self, checkpoint: dict) -> int:
-        """Hold `checkpoint` from now on: stop the current engine and load it in this process."""
+        """Hold `checkpoint` from now on, in this process: a vLLM engine takes the weights of a
+        checkpoint of the same architecture in place (AsyncVLLMEngine.reload); otherwise the current
+        engine stops and a new one loads."""
         ck = Checkpoint.model_validate(checkpoint)
         async with self._loading:
             if ck != self.checkpoint or self._engine is None:
-                if hasattr(self._engine, "shutdown"):
-                    self._engine.shutdown()
-                self._engine, self.checkpoint = None, ck
-                self._engine = await self._build()
+                held, self._engine = self._engine, None
+                if not await self._reloaded(held, ck):
+                    if hasattr(held, "shutdown"):
+                        held.shutdown()
+                    self.checkpoint = ck
+                    held = await self._build()
+                self._engine, self.checkpoint = held, ck
         return os.getpid()
+
+    async def _reloaded(self, held, ck: Checkpoint) -> bool:
+        """Whether the held vLLM engine now serves `ck`, its weights reloaded in place."""
+        if self.config.kind == "scripted" or held is None:
+            return False
+        from handoff.engine.vllm_engine import reloadable
+
+        settings = engine_settings(ck, self.config)
+        if not reloadable(held.settings, settings):
+            return False
+        try:
+            await held.reload(settings)
+        except Exception as exc:  # noqa: BLE001 - a new engine is the fallback
+            print(f"in-place reload of {ck.name} failed, loading a new engine: {exc!r}", file=sys.stderr)
+            return False
+        return True
 
     async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
                        checkpoint: dict | None = None) -> dict:

@@ -4,5 +4,6 @@
   W&B tests and the reducer benchmark.
 - `replay`: gold-action replays of tau2 tasks and wrong-write variants (fasteval equality, bench).
 - `wandb_offline`: W&B's offline run files read back (history, summary, metrics, run record).
+- `checkpoints`: a perturbed copy of a model (a second checkpoint of the same architecture).
 - `tiny`: the tiny-hermes model's training data and trainer (`python -m handoff.engine.models tiny`).
 """
