@@ -71,20 +71,19 @@ class RecordingDriver(Driver):
     def new_engine(self, ck, role: str):
         return recording_engine(ck, self.cfg.engine, role)
 
+    def launch_engines(self, ck, role: str):
+        ref = super().launch_engines(ck, role)
+        self.replicas = ref.replicas
+        return ref
+
     def wait_workers(self) -> None:
         super().wait_workers()
-        self.engines = self.ray.get(self._engines_started, timeout=60)
-        self.info = self.ray.get(self._replicas[0].threads.remote(), timeout=60)
+        engine_pid = self.ray.get(self.replicas[0].ready.remote(), timeout=self.cfg.engine.load_timeout_s)
+        self.info = self.ray.get(self.replicas[0].threads.remote(), timeout=60)
         if self.profile_dir is not None:
             pids = {f"worker{i}": p for i, p in enumerate(self.ray.get([w.ping.remote() for w in self.workers]))}
             self.spies = [py_spy(pid, self.profile_dir / f"{name}.json") for name, pid in
-                          {"engine": self.engines[0], **pids}.items()]
-
-    def start_engines(self, ck, role: str):
-        ref = super().start_engines(ck, role)
-        self._replicas = ref.replicas
-        self._engines_started = [r.ready.remote() for r in ref.replicas]
-        return ref
+                          {"engine": engine_pid, **pids}.items()]
 
     def stop_engines(self, ref) -> None:
         for spy in getattr(self, "spies", []):
