@@ -1,0 +1,183 @@
+"""The sweep on a real multi-node Ray cluster started here (tests/support/cluster.py): a head with 2
+CPUs and a node declaring 4 GPUs, the scripted engine with engine.device=gpu (agent and user
+simulator each on their own engine). A GPU node is lost by SIGKILL of its raylet's process tree, not
+by a mocked error. The module shares one cluster; each test starts with a live GPU node (`gpu`).
+
+- A TP larger than any node's GPUs is refused before any engine starts.
+- jobs/submit.py runs a sweep through Ray Jobs (engines on the GPU node only, workers hold no GPU).
+- Node loss with a replacement inside engine.load_timeout_s (TP=2, sequential schedule): no failed
+  shard, every episode once, the engine's placement group moved to the new node; only the driver
+  wrote the run directory.
+- Node loss with no replacement (rolling schedule): the shards fail after the deadline, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import handoff  # noqa: F401
+from handoff.sweep.config import ConfigError
+from handoff.sweep.run import compose, run_sweep
+from tests.support.cluster import AUDIT_ENV, LocalCluster, audited_writes
+from tests.support.ray import recorded
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+GPUS = 4  # per GPU node: the agent's and the user simulator's engines at TP=2
+BASE = ["engine=scripted", "engine.device=gpu", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4",
+        "shard_size=2", "workers.processes=2", "workers.threads=1", "max_attempts=3", "logger.mode=disabled",
+        "cluster=existing"]
+N_EPISODES = 4
+DELAY = "engine.script.delay_s=2.0"  # >= 4 requests per episode: the last episodes run >= 8 s after the first
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Head (2 CPUs, dashboard for Ray Jobs) with this process as a driver of it, whose Ray workers
+    log their writes under the watched directory (audit_writes); the GPU node is added by `gpu`."""
+    watched, audit = tmp_path_factory.mktemp("runs"), tmp_path_factory.mktemp("audit")
+    with LocalCluster() as c:
+        c.start_head(num_cpus=2, dashboard=True, namespace="handoff", runtime_env={
+            "worker_process_setup_hook": "tests.support.cluster.audit_writes",
+            "env_vars": {AUDIT_ENV: f"{watched}:{audit}"}})
+        c.gpu, c.watched, c.audit = None, watched, audit
+        yield c
+
+
+@pytest.fixture
+def gpu(cluster) -> LocalCluster:
+    """The cluster with a live GPU node (a new one if an earlier test killed it)."""
+    if cluster.gpu is None or not cluster.alive(cluster.gpu):
+        cluster.gpu = cluster.add_node(num_cpus=1, num_gpus=GPUS)
+    return cluster
+
+
+def sweep(run_dir: Path, *extra: str):
+    overrides = [*BASE, f"run_dir={run_dir}", *extra]
+    return run_sweep(compose(overrides), overrides, progress=False)
+
+
+def episodes(run_dir: Path) -> list[tuple]:
+    from handoff.records import read_shard
+
+    return [r.key for p in sorted((run_dir / "shards").glob("*.jsonl")) for r in read_shard(p)]
+
+
+def actors(class_name: str, job_id: str | None = None) -> list:
+    """Every actor of the class that the GCS knows of (dead ones too), of one job if given: its
+    ActorTableData (node_id, required_resources, placement_group_id, num_restarts)."""
+    from ray._private.state import state
+    from ray.core.generated.gcs_pb2 import ActorTableData
+
+    table = [ActorTableData.FromString(a) for a in state._connect_and_get_accessor().get_actor_table(None, None)]
+    return [a for a in table if a.class_name.endswith(class_name) and job_id in (None, a.job_id.hex())]
+
+
+def node(actor) -> str:
+    return actor.address.node_id.hex()
+
+
+def this_job() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_job_id()
+
+
+def lose_node_when(run_dir: Path, cluster: LocalCluster, replace: bool, events: list) -> threading.Thread:
+    """Once the run has recorded an episode: kill the GPU node, then (replace) start a new one."""
+
+    def act():
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and not (run_dir.exists() and recorded(run_dir) >= 1):
+            time.sleep(0.2)
+        events.append(("killed", recorded(run_dir), cluster.kill_node(cluster.gpu)))
+        if replace:
+            cluster.gpu = cluster.add_node(num_cpus=1, num_gpus=GPUS)
+            events.append(("replaced", recorded(run_dir), cluster.gpu.node_id))
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_tensor_parallel_beyond_one_node_is_refused(gpu, tmp_path):
+    """TP=5 with 4 GPUs per node: refused before any engine starts, the message says why."""
+    before = len(actors("EngineHost"))
+    with pytest.raises(ConfigError, match=r"engine.tensor_parallel_size: a replica needs 5 GPUs on one node.*"
+                                          r"no node of the cluster has more than 4"):
+        sweep(tmp_path / "tp5", "engine.tensor_parallel_size=5")
+    assert len(actors("EngineHost")) == before
+
+
+def test_ray_job_sweep_places_engines_on_gpu_nodes(gpu, tmp_path):
+    """jobs/submit.py: the driver runs as a Ray Job (the cluster's `python`), engines (TP=1) land on
+    the GPU node only, workers take CPUs and no GPU."""
+    run_dir = tmp_path / "job"
+    cmd = [sys.executable, str(REPO / "jobs" / "submit.py"), "--address", gpu.dashboard, "--",
+           *[o for o in BASE if o != "cluster=existing"], f"run_dir={run_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=gpu.env)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "SUCCEEDED" in proc.stdout and f"{N_EPISODES}/{N_EPISODES} episodes" in proc.stdout
+    assert "0 failed shard(s)" in proc.stdout
+    keys = episodes(run_dir)
+    assert len(keys) == len(set(keys)) == N_EPISODES
+    mine = this_job()
+    engines = [a for a in actors("EngineHost") if a.job_id.hex() != mine]
+    workers = [a for a in actors("EpisodeWorker") if a.job_id.hex() != mine]
+    assert len(engines) == 2 and {node(a) for a in engines} == {gpu.gpu.node_id}
+    assert all(a.required_resources.get("GPU") == 1 for a in engines)
+    assert workers and all(not a.required_resources.get("GPU") for a in workers)
+
+
+def test_node_lost_and_replaced_fails_nothing(gpu):
+    """TP=2: a placement group per replica on the GPU node; the node dies after the first episode
+    and a new one joins: the engines restart there and no episode costs an attempt."""
+    run_dir, events = gpu.watched / "replaced", []
+    before = gpu.gpu.node_id
+    watcher = lose_node_when(run_dir, gpu, replace=True, events=events)
+    _, summary = sweep(run_dir, "engine.tensor_parallel_size=2", DELAY, "engine.load_timeout_s=900")
+    watcher.join(timeout=300)
+    assert [e[0] for e in events] == ["killed", "replaced"] and events[0][1] < N_EPISODES, events
+    assert summary.shards_failed == [] and summary.episode_failures == 0
+    keys = episodes(run_dir)
+    assert len(keys) == len(set(keys)) == N_EPISODES == summary.episodes_done
+    assert not list((run_dir / "failed").glob("*.json"))
+
+    engines = actors("EngineHost", this_job())
+    assert len(engines) == 2 and all(a.num_restarts >= 1 and a.placement_group_id for a in engines)
+    assert {node(a) for a in engines} == {events[1][2]} != {before}  # restarted on the new node
+    assert all(not a.required_resources.get("GPU") for a in actors("EpisodeWorker"))
+    assert [w for w in audited_writes(gpu.audit) if str(run_dir) in w] == []  # only the driver wrote run_dir
+
+
+def test_the_audit_sees_a_workers_write(cluster):
+    """The audit that the test above relies on sees a Ray worker's write under the watched dir."""
+    import ray
+
+    probe = cluster.watched / "probe.txt"
+    ray.get(ray.remote(lambda p: Path(p).write_text("x")).options(num_cpus=0.1).remote(str(probe)), timeout=300)
+    assert any(str(probe) in line for line in audited_writes(cluster.audit))
+
+
+def test_node_lost_for_good_fails_after_the_deadline(gpu):
+    """No node returns (rolling schedule): the episodes wait engine.load_timeout_s, then the shards
+    fail saying so, without spending attempts."""
+    run_dir, events = gpu.watched / "lost", []
+    watcher = lose_node_when(run_dir, gpu, replace=False, events=events)
+    _, summary = sweep(run_dir, DELAY, "engine.load_timeout_s=60", "schedule=rolling")
+    watcher.join(timeout=300)
+    killed_at = events[0]
+    assert killed_at[1] < N_EPISODES
+    assert summary.shards_failed and summary.episode_failures == 0
+    for sid in summary.shards_failed:
+        failed = json.loads((run_dir / "failed" / f"{sid}.json").read_text())
+        assert "unavailable for more than engine.load_timeout_s=60s" in failed["error"], failed
+        assert "no node with these resources joined" in failed["error"]
