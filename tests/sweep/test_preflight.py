@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -144,3 +145,18 @@ def test_existing_cluster_is_checked_by_a_task_on_a_gpu_node(tmp_path):
     finally:
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("gpus, refusal", [(7, "2 engine set(s) x 4 replicas x 1 GPUs"), (8, "make setup ENGINE=gpu")])
+def test_readmes_hosted_user_takes_a_second_engine_set(tmp_path, gpus, refusal):
+    """README: `user=hosted ... engine=gpu engine.replicas=4` needs 8 GPUs; 7 are refused for lack of
+    GPUs, 8 pass that check (and here meet the CPU build's refusal), both before Ray starts."""
+    import ray
+
+    overrides = [f"run_dir={tmp_path}/run", "model=[tiny_hermes]", "user=hosted",
+                 f"user.model.path={models.model_dir(models.SMOLLM2)}", "engine=gpu", "engine.replicas=4",
+                 "domain=[retail]", f"cluster.num_gpus={gpus}", "cluster.num_cpus=16",
+                 f"cluster.temp_dir={tmp_path}/ray"]
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        run_sweep(compose(overrides), overrides, progress=False)
+    assert not ray.is_initialized() and not (tmp_path / "ray").exists()
