@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import handoff  # noqa: F401
+from handoff.rundir import RunPaths
 from handoff.sweep.config import ConfigError
 from handoff.sweep.run import compose, run_sweep
 from tests.support.cluster import AUDIT_ENV, LocalCluster, audited_writes
@@ -68,7 +69,7 @@ def sweep(run_dir: Path, *extra: str):
 def episodes(run_dir: Path) -> list[tuple]:
     from handoff.records import read_shard
 
-    return [r.key for p in sorted((run_dir / "shards").glob("*.jsonl")) for r in read_shard(p)]
+    return [r.key for p in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")) for r in read_shard(p)]
 
 
 def actors(class_name: str, job_id: str | None = None) -> list:
@@ -149,7 +150,7 @@ def test_node_lost_and_replaced_fails_nothing(gpu):
     assert summary.shards_failed == [] and summary.episode_failures == 0
     keys = episodes(run_dir)
     assert len(keys) == len(set(keys)) == N_EPISODES == summary.episodes_done
-    assert not list((run_dir / "failed").glob("*.json"))
+    assert not list(RunPaths(run_dir).failed_dir.glob("*.json"))
 
     engines = actors("EngineHost", this_job())
     assert len(engines) == 2 and all(a.num_restarts >= 1 and a.placement_group_id for a in engines)
@@ -178,6 +179,6 @@ def test_node_lost_for_good_fails_after_the_deadline(gpu):
     assert killed_at[1] < N_EPISODES
     assert summary.shards_failed and summary.episode_failures == 0
     for sid in summary.shards_failed:
-        failed = json.loads((run_dir / "failed" / f"{sid}.json").read_text())
+        failed = json.loads((RunPaths(run_dir).failed_dir / f"{sid}.json").read_text())
         assert "unavailable for more than engine.load_timeout_s=60s" in failed["error"], failed
         assert "no node with these resources joined" in failed["error"]
