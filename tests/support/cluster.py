@@ -42,7 +42,11 @@ def cluster_env(extra_path: str | None = None) -> dict[str, str]:
     and tests.support in every Ray worker), no usage stats, no auth."""
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
                RAY_raylet_start_wait_time_s="600",  # a loaded machine registers a node slowly
-               RAY_health_check_failure_threshold="10")  # and must not lose one by missed heartbeats
+               # The GCS checks each node every second after the last check ends; 10 failures in a row
+               # lose it: a killed node fails fast (~10 s), a busy one only after 10 checks of up to
+               # 10 s each ran out (~110 s unanswered).
+               RAY_health_check_period_ms="1000", RAY_health_check_timeout_ms="10000",
+               RAY_health_check_failure_threshold="10")
     env["PATH"] = os.pathsep.join([extra_path or str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
     return env
