@@ -78,6 +78,7 @@ class Live:
     capacity: int
     ready: bool
     fatal: str = ""
+    dead: list[str] = field(default_factory=list)  # engine sets with every replica dead for good
 
     def only_alive(self, ref: EngineRef) -> EngineRef:
         return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
@@ -312,15 +313,16 @@ class Driver:
         cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
         placement = Rolling(self, self.ckpts, queues, cap, pinned)
         try:
-            self._dispatch(placement, user_ref, bar)
+            self._dispatch(placement, user_ref, bar, pending)
         finally:
             placement.stop()
 
     def _run_shards(self, states: list[ShardState], agent: EngineRef, user: EngineRef | None, bar) -> None:
-        self._dispatch(Fixed(_queue(states), agent), user, bar)
+        self._dispatch(Fixed(_queue(states), agent), user, bar, states)
 
-    def _dispatch(self, placement, user: EngineRef | None, bar) -> None:
-        """Feed the placement's episodes to the workers until none is queued or in flight."""
+    def _dispatch(self, placement, user: EngineRef | None, bar, states: list[ShardState]) -> None:
+        """Feed the placement's episodes (those of `states`) to the workers until none is queued or
+        in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
         user_set = [(user.name, user.replicas)] if user is not None else []
@@ -328,8 +330,9 @@ class Driver:
         while placement.has_work() or inflight:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement.engine_sets() + user_set, inflight)
-                if live.fatal:
-                    self._abandon(live.fatal, bar)
+                if live.fatal:  # dead agent engines fail their shards; an outage or a dead user engine, all
+                    mine = live.dead and (user is None or user.name not in live.dead)
+                    self._abandon(live.fatal, bar, states if mine else list(self.todo.values()))
                     return
             for st, ep, agent, slot in placement.take(live.capacity - len(inflight), live.alive) if live.ready else []:
                 w = min(live.workers, key=self.load.__getitem__)
@@ -374,11 +377,12 @@ class Driver:
         workers with none alive) is timed, and fatal past engine.load_timeout_s."""
         e, now = self.cfg.engine, time.monotonic()
         workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
-        alive, missing, fatal = set(), [], ""
+        alive, missing, dead, fatal = set(), [], [], ""
         for name, replicas in engine_sets:
             states = [actor_state(r) for r in replicas]
             alive |= {r._actor_id for r, s in zip(replicas, states) if s == "ALIVE"}
             if all(s == "DEAD" for s in states):
+                dead.append(name)
                 fatal = f"{name}: every replica is dead (engine.max_restarts={e.max_restarts} restarts spent)"
             elif "ALIVE" not in states:
                 missing.append(f"{name} (no replica alive: each needs {e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) "
@@ -392,15 +396,16 @@ class Driver:
                 item.started += now - self.outage.since
             self.outage = None
         if self.outage is not None and now - self.outage.since > e.load_timeout_s:
+            dead = []  # an outage fails every remaining shard
             fatal = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
                      f"{'; '.join(missing)}. Its node died and no node with these resources joined in time; "
                      "resume the run once the cluster has them")
-        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal)
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal, dead)
 
-    def _abandon(self, error: str, bar) -> None:
-        """Fail every unfinished shard with `error` (their finished episodes stay in partial/): the
-        cluster lacks what they need."""
-        for st in self.todo.values():
+    def _abandon(self, error: str, bar, states: list[ShardState]) -> None:
+        """Fail the unfinished shards of `states` with `error` (their finished episodes stay in
+        partial/): the cluster lacks what they need."""
+        for st in states:
             if not st.complete:
                 self._give_up(st, error)
         self.outage = None
