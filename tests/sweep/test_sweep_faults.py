@@ -5,10 +5,12 @@ shards recorded while the sweep goes on; resume refused when the config or the l
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +23,7 @@ from handoff.records import read_shard
 from handoff.rundir import MANIFEST_VERSION, RunPaths
 from handoff.sweep.manifest import ResumeRefused
 from handoff.sweep.run import compose, run_sweep
-from tests.support.ray import kill_mid_run
+from tests.support.ray import kill_mid_run, recorded
 
 pytestmark = pytest.mark.ray
 
@@ -89,6 +91,41 @@ def test_killed_worker_and_engines_mid_sweep(baseline, tmp_path):
     assert all(done < N_EPISODES for done, _, _ in killed)  # the sweep was not over yet
     assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
     assert result_set(run_dir) == result_set(baseline[0])
+
+
+def test_engine_dead_for_good_fails_only_its_checkpoints_shards(ray_cluster, tmp_path):
+    """engine.max_restarts=0 and kill -9 of the first checkpoint's agent engine (the process that
+    served its requests) after one finished episode: that checkpoint's unfinished shards fail saying
+    so, without spending attempts, and the next checkpoint runs in full."""
+    from bench.scripted import model_path
+
+    for step in (1, 2):
+        (tmp_path / "ckpts" / f"global_step_{step}").mkdir(parents=True)
+    run_dir, log = tmp_path / "run", tmp_path / "served.log"
+    killed: list = []
+
+    def kill_agent_engine():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not (run_dir.exists() and recorded(run_dir) >= 1):
+            time.sleep(0.2)
+        pid = next(int(line.split()[0]) for line in log.read_text().splitlines() if " policy-step1 " in line)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(recorded(run_dir))
+
+    watcher = threading.Thread(target=kill_agent_engine, daemon=True)
+    watcher.start()
+    _, summary = sweep(run_dir, "model=[checkpoints]", f"model.checkpoints.glob={tmp_path}/ckpts/global_step_*",
+                       f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes",
+                       "engine.max_restarts=0", "engine.script.delay_s=1.0", f"engine.script.service_log={log}")
+    watcher.join(timeout=60)
+    assert killed and killed[0] < N_EPISODES
+    assert summary.episode_failures == 0 and summary.shards_failed
+    assert all(sid.startswith("policy-step1__") for sid in summary.shards_failed)
+    for sid in summary.shards_failed:
+        error = json.loads(RunPaths(run_dir).failed_path(sid).read_text())["error"]
+        assert "agent engine policy-step1: every replica is dead (engine.max_restarts=0" in error, error
+    step2 = [r.key for p in RunPaths(run_dir).shards_dir.glob("policy-step2__*.jsonl") for r in read_shard(p)]
+    assert len(step2) == len(set(step2)) == N_EPISODES
 
 
 def test_failing_shard_is_recorded_and_the_sweep_goes_on(ray_cluster, tmp_path):
