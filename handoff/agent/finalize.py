@@ -7,6 +7,8 @@ Finalizing removes that message, restores the real termination reason, re-runs t
 tau2's TerminationReason has no `context_window_exceeded`. Such an episode is recorded as
 `termination_reason = agent_error` (tau2 then scores it as premature, as it should) and the real
 reason is kept in `reward_info.info["handoff_termination"]`; `termination_of(sim)` reads it back.
+The agent's format events and token usage go into `reward_info.info` as well
+(handoff.rules.events), so that the SimulationRun alone scores as the reducer scores its record.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
 from handoff.agent.handoff_agent import AgentLog, HandoffAgent
 from handoff.rules.events import TERMINATION_INFO_KEY as TERMINATION_KEY
-from handoff.rules.events import FormatEvent
+from handoff.rules.events import FormatEvent, with_episode_info
 
 DETAIL_KEY = "handoff_termination_detail"
 
@@ -58,7 +60,9 @@ def finalize_simulation(
     sim.reward_info = (evaluate or tau2_evaluate)(simulation=sim, task=task, domain=domain)
     if termination is not None:
         sim.reward_info.info = {**(sim.reward_info.info or {}), TERMINATION_KEY: termination, DETAIL_KEY: detail}
-    return sim, map_events(log, messages)
+    events = map_events(log, messages)
+    sim.reward_info.info = with_episode_info(sim.reward_info.info, events, log.prompt_tokens, log.completion_tokens)
+    return sim, events
 
 
 def map_events(log: AgentLog, messages: list) -> list[FormatEvent]:

@@ -6,7 +6,7 @@ Orchestrator is synchronous); its engine is `ServerManagerEngine`, which submits
 to verl's `server_manager.generate` back on the event loop and waits for it. The agent's token
 context gives the output as it is: prompt ids (everything before the first generated token),
 response ids (generated tokens, mask 1; user and tool tokens in between, mask 0) and the reward of
-ADR-004 computed by the rules package from the finalized episode.
+ADR-004, scored from the episode's record by handoff.scoring exactly as the reducer scores it.
 
 Configuration (the trainer config's `handoff` section, all optional):
     handoff.episode: EpisodeSettings fields; handoff.user: UserSpec fields;
@@ -34,11 +34,10 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from handoff.agent.episode import EpisodeResult, EpisodeSettings, run_episode
-from handoff.agent.scoring import score_result
 from handoff.agent.user import UserSpec, make_user
 from handoff.engine.base import Engine, Generation, Sampling
 from handoff.engine.chat import ChatFormat
-from handoff.rules import RewardWeights
+from handoff.scoring import Scorer
 
 GENERATE_TIMEOUT_S = 600.0
 
@@ -90,11 +89,10 @@ class Tau2AgentLoop(AgentLoopBase):
         section = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
         self.settings = EpisodeSettings(**section.get("episode", {}))
         self.user_spec = UserSpec(**section.get("user", {}))
-        self.weights = RewardWeights.load(section.get("reward", "default"))
+        self.scorer = Scorer(section.get("reward", "default"), label_for=label_for)
         self.chat = chat or ChatFormat(self.tokenizer.name_or_path, section.get("chat_template"))
         _ = self.chat.tokenizer  # load it here: episodes run in worker threads, loading is not thread-safe
         self.user_engine = user_engine
-        self.label_for = label_for or _label_for
         self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
@@ -106,7 +104,7 @@ class Tau2AgentLoop(AgentLoopBase):
                          session_id=uuid.uuid4().hex)
         episode = partial(run_episode, domain, task, engine, self.chat, user, self.settings, seed)
         result: EpisodeResult = await loop.run_in_executor(None, episode)
-        score = score_result(result, task, self.label_for(domain, task_id), self.weights)
+        score = self.scorer.score(result.to_record(model="policy")).score
         return self._output(result, score, bool(sampling_params.get("logprobs")))
 
     def _output(self, result: EpisodeResult, score, with_logprobs: bool) -> AgentLoopOutput:
@@ -147,9 +145,3 @@ def _get_task(domain: str, task_id: str):
     from handoff.tasks import get_task
 
     return get_task(domain, task_id)
-
-
-def _label_for(domain: str, task_id: str):
-    from handoff.tasks.labels import label_for
-
-    return label_for(domain, task_id)

@@ -1,5 +1,8 @@
 """Export a run's episodes as tau2 `Results` JSON, one file per (checkpoint, domain), so that
-tau2's own tools read them (`tau2 view`, `tau2.metrics.agent_metrics.compute_metrics`)."""
+tau2's own tools read them (`tau2 view`, `tau2.metrics.agent_metrics.compute_metrics`). Each
+SimulationRun carries the agent's format events and token usage in `reward_info.info`
+(handoff.rules.events; added here for records written before they were), so that `handoff score`
+on the file gives the reducer's scores."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from handoff.records import CorruptShard, EpisodeRecord, read_shard, write_atomic
+from handoff.rules.events import FORMAT_EVENTS_INFO_KEY, with_episode_info
 from handoff.rundir import RunDir
 from handoff.tasks import get_task
 from handoff.tasks.upstream import tau2_commit
@@ -32,6 +36,14 @@ def _info(run: RunDir, model: str, domain: str, records: list[EpisodeRecord]):
         environment_info=registry.get_env_constructor(domain)().get_info(),
         seed=cfg.get("seed"),
     )
+
+
+def _simulation(record: EpisodeRecord):
+    sim = record.simulation_run()
+    if sim.reward_info is not None and FORMAT_EVENTS_INFO_KEY not in (sim.reward_info.info or {}):
+        sim.reward_info.info = with_episode_info(sim.reward_info.info, record.format_events,
+                                                 record.usage.prompt_tokens, record.usage.completion_tokens)
+    return sim
 
 
 def _records_by_slice(run: RunDir) -> dict[tuple[str, str], list[EpisodeRecord]]:
@@ -59,7 +71,7 @@ def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> li
         results = Results(
             info=_info(run, model, domain, records),
             tasks=[get_task(domain, task_id) for task_id in task_ids],
-            simulations=[r.simulation_run() for r in records],
+            simulations=[_simulation(r) for r in records],
         )
         path = run.export_path(model, domain, out_dir)
         write_atomic(path, results.model_dump_json(indent=2))

@@ -3,9 +3,10 @@
 over all domains.
 
 It is incremental: each shard's scores are cached in reduced/scores/<shard>.jsonl under a key made
-of the shard's checksum and the scorer's fingerprint (weights, labels, version), so re-reducing
-after a resume reads only the shards that are new or changed (of the others, only the header line,
-plus a checksum verification when the file's size or mtime changed). Everything in reduced/ can be
+of the shard's checksum and the scorer's fingerprint (handoff.scoring: weights, rules source, labels,
+task content, version), so re-reducing after a resume reads only the shards that are new or changed
+(of the others, only the header line, plus a checksum verification when the file's size or mtime
+changed). Everything in reduced/ can be
 deleted and rebuilt from the shards alone, and reducing twice gives byte-identical files.
 """
 
@@ -20,9 +21,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
-from handoff.report.scoring import ScoredEpisode, Scorer
 from handoff.rules.metrics import Metrics, compute_metrics
 from handoff.rundir import RunDir, RunDirError
+from handoff.scoring import ScoredEpisode, Scorer
 
 log = logging.getLogger(__name__)
 

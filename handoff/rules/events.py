@@ -6,6 +6,7 @@ appear as messages (the turn was dropped), and they are read by the rules and th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 from pydantic import BaseModel
@@ -33,3 +34,17 @@ class FormatEvent(BaseModel):
 TERMINATION_INFO_KEY = "handoff_termination"
 """Key in a SimulationRun's `reward_info.info` holding a termination reason that tau2's
 TerminationReason cannot express (e.g. `context_window_exceeded`); tau2 then records agent_error."""
+
+FORMAT_EVENTS_INFO_KEY = "handoff_format_events"
+"""Key in `reward_info.info`: the agent's format events (FormatEvent JSON, possibly []), so that a
+SimulationRun written by handoff (a shard, `handoff export`) scores the same anywhere."""
+
+TOKENS_INFO_KEY = "handoff_tokens"
+"""Key in `reward_info.info`: {"prompt": n, "completion": n}, the agent's token usage."""
+
+
+def with_episode_info(info: dict | None, events: Iterable[FormatEvent], prompt_tokens: int,
+                      completion_tokens: int) -> dict:
+    """`reward_info.info` with the agent's format events and token usage added."""
+    return {**(info or {}), FORMAT_EVENTS_INFO_KEY: [e.model_dump(mode="json") for e in events],
+            TOKENS_INFO_KEY: {"prompt": prompt_tokens, "completion": completion_tokens}}

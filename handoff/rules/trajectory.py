@@ -17,7 +17,12 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from handoff.errors import HandoffError
-from handoff.rules.events import TERMINATION_INFO_KEY, FormatEvent
+from handoff.rules.events import (
+    FORMAT_EVENTS_INFO_KEY,
+    TERMINATION_INFO_KEY,
+    TOKENS_INFO_KEY,
+    FormatEvent,
+)
 
 TRANSFER_TOOL = "transfer_to_human_agents"
 
@@ -73,6 +78,8 @@ class Trajectory(BaseModel):
     tau2_reward: float | None = None
     messages: list[Msg]
     format_events: list[FormatEvent] = Field(default_factory=list)
+    format_events_recorded: bool = Field(True, description="False: a SimulationRun without handoff's "
+                                         "format events (not written by handoff); only the messages tell")
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -81,27 +88,34 @@ class Trajectory(BaseModel):
         cls,
         sim: Any,
         domain: str,
-        format_events: Iterable[FormatEvent] = (),
+        format_events: Iterable[FormatEvent] | None = None,
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
     ) -> Trajectory:
-        """From a tau2 SimulationRun (object or its JSON dict) and the agent's format events.
-        Token counts default to the sum of the assistant messages' `usage`."""
+        """From a tau2 SimulationRun (object or its JSON dict). The agent's format events and token
+        counts default to those handoff keeps in `reward_info.info` (handoff.rules.events), else
+        to none and to the sum of the assistant messages' `usage`."""
         data = sim.model_dump(mode="json") if isinstance(sim, BaseModel) else sim
         try:
             messages = list(_flatten(data["messages"]))
             reward_info = data.get("reward_info") or {}
+            info = reward_info.get("info") or {}
+            recorded = format_events is not None or FORMAT_EVENTS_INFO_KEY in info
+            if format_events is None:
+                format_events = [FormatEvent.model_validate(e) for e in info.get(FORMAT_EVENTS_INFO_KEY, [])]
             usage = _usage(messages)
+            if TOKENS_INFO_KEY in info:
+                usage = (info[TOKENS_INFO_KEY]["prompt"], info[TOKENS_INFO_KEY]["completion"])
             return cls(
                 task_id=str(data["task_id"]),
                 domain=domain,
                 trial=data.get("trial"),
-                termination_reason=(reward_info.get("info") or {}).get(TERMINATION_INFO_KEY)
-                or data["termination_reason"],
+                termination_reason=info.get(TERMINATION_INFO_KEY) or data["termination_reason"],
                 tau2_reward=reward_info.get("reward"),
                 messages=messages,
                 format_events=list(format_events),
+                format_events_recorded=recorded,
                 prompt_tokens=usage[0] if prompt_tokens is None else prompt_tokens,
                 completion_tokens=usage[1] if completion_tokens is None else completion_tokens,
             )

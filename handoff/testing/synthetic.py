@@ -138,3 +138,11 @@ def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")
             taken[key] = taken.get(key, 0) + 1
     return chosen
 
+
+def write_records(run_dir: Path, shards: dict[str, list[EpisodeRecord]], name: str, config: dict | None = None) -> Path:
+    """A run directory holding the given records, shard by shard (e.g. real episodes of run_episode)."""
+    run = RunPaths(run_dir)
+    run.write_manifest(Manifest(name=name, config={"name": name, **(config or {})}))
+    for shard_id, records in shards.items():
+        write_shard(run.shard_path(shard_id), shard_id, records)
+    return run.root

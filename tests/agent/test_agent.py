@@ -14,14 +14,13 @@ from handoff.agent.context import TokenContext
 from handoff.agent.finalize import termination_of
 from handoff.agent.handoff_agent import INTERNAL_STOP, HandoffAgent
 from handoff.agent.parsing import ToolCallParser
-from handoff.agent.scoring import score_result, trajectory_of
 from handoff.agent.user import UserSpec, make_user
 from handoff.engine.base import ContextOverflowError, Sampling
 from handoff.engine.scripted import Scripted, ScriptExhausted
 from handoff.records import EpisodeRecord
 from handoff.rules import RewardWeights
+from handoff.scoring import Scorer, trajectory_of
 from handoff.tasks import get_task
-from handoff.tasks.labels import label_for
 from tests.support.agent import (
     AIRLINE_USER,
     call,
@@ -75,10 +74,10 @@ def test_prompts_grow_append_only_and_mask_marks_generated_tokens():
 def test_transfer_is_a_tool_call_and_scores_with_the_label():
     transfer = call("transfer_to_human_agents", {"summary": "user wants a human"})
     result = run([transfer, "You are being transferred."], ["I want a human agent.", "###STOP###"])
-    score = score_result(result, get_task("airline", "0"), label_for("airline", "0"), RewardWeights.load("default"))
+    score = Scorer("default").score(result.to_record("m")).score
     assert score.transferred is True and score.label.should_transfer is False
     assert score.reward_terms.handoff == RewardWeights.load("default").handoff.false_positive
-    assert trajectory_of(result).termination_reason == "user_stop"
+    assert trajectory_of(result.to_record("m")).termination_reason == "user_stop"
 
 
 # --- format events that leave the episode running ------------------------------------------------

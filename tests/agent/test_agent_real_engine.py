@@ -18,16 +18,14 @@ from tau2.data_model.message import AssistantMessage
 from handoff.agent.episode import EpisodeSettings, run_episode
 from handoff.agent.finalize import termination_of
 from handoff.agent.handoff_agent import HandoffAgent
-from handoff.agent.scoring import score_result, trajectory_of
 from handoff.agent.user import UserSpec, make_user
 from handoff.engine.base import Sampling
 from handoff.engine.chat import ChatFormat
 from handoff.engine.models import SMOLLM2, TINY, ensure
 from handoff.engine.scripted import ScriptedEngine
 from handoff.records import EpisodeRecord
-from handoff.rules import RewardWeights
+from handoff.scoring import Scorer, trajectory_of
 from handoff.tasks import get_task
-from handoff.tasks.labels import label_for
 from tests.support.agent import comparable
 
 pytestmark = pytest.mark.real_engine
@@ -65,8 +63,8 @@ def test_full_episode_with_smollm2_as_agent_and_user(smollm2, domain, task_id):
     if termination_of(sim) == "context_window_exceeded" and result.log.stop.kind is not None:
         assert result.format_events[-1].kind.value == "truncated_generation"
 
-    trajectory = trajectory_of(result)
-    score = score_result(result, task, label_for(domain, task_id), RewardWeights.load("default"))
+    trajectory = trajectory_of(result.to_record("m"))
+    score = Scorer("default").score(result.to_record("m")).score
     assert trajectory.termination_reason == termination_of(sim)
     assert score.tau2_reward == sim.reward_info.reward and math.isfinite(score.reward)
     assert score.n_messages == len(sim.messages)

@@ -16,34 +16,22 @@ import pytest
 from omegaconf import OmegaConf
 
 from handoff.agent.finalize import termination_of
-from handoff.agent.scoring import score_result
 from handoff.engine.base import Sampling
 from handoff.engine.scripted import Scripted
-from handoff.rules import RewardWeights
-from handoff.tasks import get_task
-from handoff.tasks.labels import label_for
-from tests.support.agent import AIRLINE_USER, call, chat, comparable, run, scripted
+from tests.support.agent import (
+    CASES,
+    chat,
+    comparable,
+    max_context,
+    reducer_scores,
+    run,
+    scripted,
+)
 
 agent_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop")
 from verl.workers.rollout.replica import TokenOutput
 
 from handoff.agent.verl_loop import Tau2AgentLoop
-
-LOOKUP = call("get_user_details", {"user_id": AIRLINE_USER})
-TRANSFER = call("transfer_to_human_agents", {"summary": "The user asks for a human agent."})
-MAX_CONTEXT = 8192
-
-CASES = {
-    "clean with transfer": ([LOOKUP, TRANSFER, "You will be transferred."], ["Hi, get me a human.", "###STOP###"]),
-    "unparsed, unknown tool, rejected args": (
-        ['<tool_call>{"name": "get_user_', call("fly", {}), call("get_reservation_details", {"id": 1}), "Bye."],
-        ["Hi.", "Ok.", "###STOP###"],
-    ),
-    "truncated": ([LOOKUP, Scripted(text="Let me", truncated=True)], ["Hi.", "###STOP###"]),
-    "empty": ([LOOKUP, ""], ["Hi.", "###STOP###"]),
-    "non-object arguments": ([call("get_user_details", [AIRLINE_USER])], ["Hi.", "###STOP###"]),
-    "context overflow": ([LOOKUP] * 3, ["Hi.", "More.", "###STOP###"]),
-}
 
 
 class ReplayServerManager:
@@ -58,11 +46,6 @@ class ReplayServerManager:
         self.requests.append((request_id, dict(sampling_params)))
         g = self.engine.generate(prompt_ids, Sampling(max_tokens=sampling_params["max_tokens"]))
         return TokenOutput(token_ids=g.token_ids, stop_reason="length" if g.finish_reason == "length" else "completed")
-
-
-def max_context(name: str) -> int:
-    # room for the first two turns only: the third prompt no longer fits
-    return 5900 if name == "context overflow" else MAX_CONTEXT
 
 
 def episode_settings(name: str) -> dict:
@@ -94,10 +77,11 @@ def run_agent_loop(name: str, agent_script, user_script, seed: int = 7):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_evaluation_and_training_run_the_same_episode(name):
+def test_evaluation_and_training_run_the_same_episode(name, tmp_path):
     agent_script, user_script = CASES[name]
     evaluated = run(agent_script, user_script, max_context_tokens=max_context(name), max_steps=30)
-    score = score_result(evaluated, get_task("airline", "0"), label_for("airline", "0"), RewardWeights.load("default"))
+    (reduced,) = reducer_scores(tmp_path, [evaluated.to_record("scripted")])  # the reducer's score
+    score = reduced.score
     trained, server = run_agent_loop(name, agent_script, user_script)
 
     from tau2.data_model.simulation import SimulationRun

@@ -10,10 +10,9 @@ import pytest
 from tau2.data_model.simulation import Results
 from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 
-from handoff.records import write_shard
 from handoff.report import finish_run
 from handoff.report.export import export_results
-from handoff.rundir import Manifest, RunPaths
+from handoff.testing.synthetic import write_records
 from tests.support.agent import call, run
 
 pytestmark = pytest.mark.slow  # the module's episodes take ~40 s to run (setup)
@@ -30,10 +29,8 @@ def run_dir(tmp_path_factory):
         run(["<tool_call>{not json</tool_call>", "Sorry."], ["Hi.", "###STOP###"], task_id="2"),
     ]
     records = [e.to_record("scripted", step=5) for e in episodes]
-    write_shard(RunPaths(root).shard_path("s0"), "s0", records)
-    config = {"name": "real", "logger": {"mode": "offline"}, "episode": {"max_steps": 30, "max_errors": 4}}
-    RunPaths(root).write_manifest(Manifest(name="real", config=config))
-    return root
+    config = {"logger": {"mode": "offline"}, "episode": {"max_steps": 30, "max_errors": 4}}
+    return write_records(root, {"s0": records}, "real", config)
 
 
 def test_real_episodes_reduce_log_report_and_export(run_dir, monkeypatch):

@@ -9,9 +9,9 @@ import pytest
 
 from handoff.records import read_shard, write_shard
 from handoff.report.reducer import ALL, Reduction, reduce_run
-from handoff.report.scoring import Scorer
 from handoff.rules.metrics import compute_metrics
 from handoff.rundir import RunDirError, RunPaths
+from handoff.scoring import Scorer
 from handoff.testing.synthetic import Behavior, episode, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.9)), "bad": (200, Behavior(correct_handoff=0.3))}
@@ -113,7 +113,7 @@ def test_not_a_run_directory(tmp_path):
 
 def test_score_cache_key_covers_task_content_and_rules_source(monkeypatch):
     """Changing a task or a rule must invalidate cached scores (the reducer keys its cache on this)."""
-    from handoff.report import scoring
+    from handoff import scoring
     from handoff.tasks import manifests
 
     def key() -> str:

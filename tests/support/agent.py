@@ -15,6 +15,7 @@ from handoff.engine.scripted import Scripted, ScriptedEngine
 from handoff.tasks import get_task
 
 AIRLINE_USER = "mia_li_3668"  # the user of airline task 0
+MAX_CONTEXT = 8192
 
 
 @cache
@@ -54,3 +55,32 @@ def comparable(messages) -> list[tuple]:
         calls = [(c.id, c.name, c.arguments) for c in getattr(m, "tool_calls", None) or []]
         out.append((m.role, m.content, calls, getattr(m, "error", None), getattr(m, "id", None)))
     return out
+
+
+LOOKUP = call("get_user_details", {"user_id": AIRLINE_USER})
+TRANSFER = call("transfer_to_human_agents", {"summary": "The user asks for a human agent."})
+
+CASES = {  # airline task 0: a clean episode and each kind of unusable turn (the parity cases)
+    "clean with transfer": ([LOOKUP, TRANSFER, "You will be transferred."], ["Hi, get me a human.", "###STOP###"]),
+    "unparsed, unknown tool, rejected args": (
+        ['<tool_call>{"name": "get_user_', call("fly", {}), call("get_reservation_details", {"id": 1}), "Bye."],
+        ["Hi.", "Ok.", "###STOP###"],
+    ),
+    "truncated": ([LOOKUP, Scripted(text="Let me", truncated=True)], ["Hi.", "###STOP###"]),
+    "empty": ([LOOKUP, ""], ["Hi.", "###STOP###"]),
+    "non-object arguments": ([call("get_user_details", [AIRLINE_USER])], ["Hi.", "###STOP###"]),
+    "context overflow": ([LOOKUP] * 3, ["Hi.", "More.", "###STOP###"]),
+}
+
+
+def max_context(name: str) -> int:
+    # room for the first two turns only: the third prompt no longer fits
+    return 5900 if name == "context overflow" else MAX_CONTEXT
+
+
+def reducer_scores(tmp_path, records):
+    """The reducer's ScoredEpisodes of these records (one run directory, one shard), in key order."""
+    from handoff.report.reducer import reduce_run
+    from handoff.testing.synthetic import write_records
+
+    return reduce_run(write_records(tmp_path / "reduced-run", {"s0": records}, "scores")).episodes

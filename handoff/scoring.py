@@ -1,5 +1,10 @@
-"""Score episode records with the rules package: the one place where the reporting layer meets
-the rules, the labels and the tasks."""
+"""The one scoring path: episode record -> Trajectory -> EpisodeScore, with the task's label and
+context. The reducer (and so `handoff compare`), `handoff score` and Tau2AgentLoop's reward all
+score through a Scorer. It sits above handoff.tasks (labels, tasks) and below the agent.
+
+A record's format events and token usage are also inside its SimulationRun (`reward_info.info`,
+handoff.rules.events), so a SimulationRun exported by handoff scores the same from the file alone.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +24,6 @@ from handoff.rules import (
     Trajectory,
     score_episode,
 )
-from handoff.tasks import get_task
-from handoff.tasks.labels import label_for
 
 
 class ScoredEpisode(BaseModel):
@@ -37,12 +40,20 @@ class ScoredEpisode(BaseModel):
         return (self.model, self.score.domain, self.score.task_id, self.trial)
 
 
+def trajectory_of(record: EpisodeRecord) -> Trajectory:
+    return Trajectory.from_simulation(
+        record.simulation, record.domain, record.format_events,
+        prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens)
+
+
 class Scorer:
     """Scores records against their task's label and context, with one set of reward weights.
-    Labels and contexts are looked up once per task."""
+    Labels and contexts are looked up once per task; `label_for(domain, task_id)` defaults to the
+    committed labels."""
 
-    def __init__(self, weights: RewardWeights | str = "default"):
+    def __init__(self, weights: RewardWeights | str = "default", label_for=None):
         self.weights = weights if isinstance(weights, RewardWeights) else RewardWeights.load(weights)
+        self._label_for = label_for
         self._tasks: dict[tuple[str, str], tuple[Label, TaskContext]] = {}
 
     @classmethod
@@ -67,17 +78,20 @@ class Scorer:
     def _task(self, domain: str, task_id: str) -> tuple[Label, TaskContext]:
         key = (domain, task_id)
         if key not in self._tasks:
+            from handoff.tasks import get_task
+            from handoff.tasks.labels import label_for
+
             context = TaskContext.for_task(domain, get_task(domain, task_id))
-            self._tasks[key] = (label_for(domain, task_id), context)
+            self._tasks[key] = ((self._label_for or label_for)(domain, task_id), context)
         return self._tasks[key]
 
+    def score_trajectory(self, traj: Trajectory) -> EpisodeScore:
+        label, context = self._task(traj.domain, traj.task_id)
+        return score_episode(traj, label, context, self.weights)
+
     def score(self, record: EpisodeRecord) -> ScoredEpisode:
-        traj = Trajectory.from_simulation(
-            record.simulation, record.domain, record.format_events,
-            prompt_tokens=record.usage.prompt_tokens, completion_tokens=record.usage.completion_tokens)
-        label, context = self._task(record.domain, record.task_id)
         return ScoredEpisode(model=record.model, step=record.step, trial=record.trial, seed=record.seed,
-                             score=score_episode(traj, label, context, self.weights))
+                             score=self.score_trajectory(trajectory_of(record)))
 
 
 def rules_sha256() -> str:
