@@ -2,11 +2,13 @@
 
 - `sequential`: one checkpoint at a time: load all its replicas, run its episodes, wait for the
   slowest, stop the engines, load the next (`Fixed`: one checkpoint's queue on its engines).
-- `rolling` (`Rolling`): each agent replica is a slot that holds one checkpoint at a time. Episodes
+- `rolling` (`Rolling`): each agent replica is a slot that holds one checkpoint at a time (the
+  user simulator's engines are pinned slots for the checkpoints that share them). Episodes
   go to the least busy slot holding their checkpoint, each pinned to that one replica (sticky: the
   prefix cache serves all its turns). A slot whose checkpoint has nothing left to dispatch and
   nothing in flight on it moves on at once, loading the earliest checkpoint that still has more
-  queued work than its slots have room for (in place: `EngineHost.load`, no new process), while the
+  queued work than its slots have room for (in place: `EngineHost.load`, no new process; a vLLM
+  engine takes a checkpoint of the same architecture by reloading its weights), while the
   other slots finish their episodes. Each checkpoint's episodes are dispatched longest first, by
   what the same task and trial took on earlier checkpoints, so that the last ones are short.
 """
@@ -105,7 +107,7 @@ class Rolling:
         self.driver, self.ckpts = driver, [c for c in ckpts if c.name in queues]
         self.work = Work(queues)
         self.slots = [Slot(None, cap * len(ref.replicas), engines=ref, pinned=True) for ref in pinned.values()]
-        for _ in range(driver.cfg.engine.replicas):
+        for _ in range(self._agent_replicas()):
             slot = Slot(None, cap)
             target = self._target()
             if target is None:
@@ -113,6 +115,13 @@ class Rolling:
             slot.actor = driver.new_engine(target, "agent")
             self._begin_load(slot, target, slot.actor.ready.remote())
             self.slots.append(slot)
+
+    def _agent_replicas(self) -> int:
+        """Agent slots of their own: the engine sets that check_resources reserved, less the user
+        simulator's (the pinned slots). None when every checkpoint shares the user's engines: a
+        slot more would wait for resources forever, and take those of a restarting user engine."""
+        d = self.driver
+        return d.cfg.engine.replicas * (d.engine_sets() - (d._user_checkpoint() is not None))
 
     # -- what the driver's loop calls -------------------------------------------------------------
     def has_work(self) -> bool:
