@@ -18,7 +18,7 @@ from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.run import compose
 from tests.support.fsdp import write_verl_actor
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.ray]
+pytestmark = [pytest.mark.real_engine, pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
