@@ -1,7 +1,7 @@
 """Submit a sweep to an existing Ray cluster as a Ray Job (the driver runs on the cluster).
 
     python jobs/submit.py --address http://HEAD:8265 -- model=[checkpoints] \
-        model.checkpoints.glob='/shared/rl/global_step_*/actor/huggingface' engine=gpu engine.replicas=8 \
+        model.checkpoints.glob='/shared/rl/global_step_*/actor' user=litellm engine=gpu engine.replicas=8 \
         run_dir=/shared/runs/rl-sweep
 
 Everything after `--` is passed to `python -m handoff.sweep` (Hydra overrides); `cluster=existing`

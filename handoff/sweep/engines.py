@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -252,8 +253,16 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
                        checkpoint: dict | None = None) -> dict:
         expected = Checkpoint.model_validate(checkpoint) if checkpoint is not None else None
-        engine = await self._ensure(expected)
-        generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
+        try:
+            engine = await self._ensure(expected)
+            generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
+        except (ContextOverflowError, StaleCheckpoint):
+            raise
+        except Exception:  # to the actor's stderr, which Ray sends to the driver's (and a job's) log
+            traceback.print_exc()
+            print(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}", file=sys.stderr,
+                  flush=True)
+            raise
         return generation.model_dump()
 
 

@@ -193,7 +193,9 @@ def ray_cluster(cluster: ClusterConfig):
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    common = dict(include_dashboard=False, log_to_driver=False, namespace="handoff")
+    # log_to_driver: engine and worker output (a vLLM traceback, CUDA OOM) reaches the driver's log,
+    # and so a Ray Job's log.
+    common = dict(include_dashboard=False, log_to_driver=True, namespace="handoff")
     if cluster.address:
         ray.init(address=cluster.address, **common)
     else:
