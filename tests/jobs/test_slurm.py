@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from handoff.rundir import RunPaths
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a Ray cluster of its own (head + node processes)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +101,8 @@ def test_sweep_on_a_two_node_allocation_logs_engine_failures_and_cleans_up(tmp_p
     assert "ray cluster at 127.0.0.1:" in log and "2 nodes, 2 GPUs" in log, log[-3000:]
     assert done.returncode == 1, log[-3000:]  # the sweep's status: a shard failed
     assert "(EngineHost pid=" in log and "scripted failure for user/" in log, log[-3000:]
-    assert len(list((run_dir / "failed").glob("*.json"))) == 1 and len(list((run_dir / "shards").glob("*.jsonl"))) == 1
+    paths = RunPaths(run_dir)
+    assert len(paths.failed_ids()) == 1 and len(paths.shards()) == 1
 
 
 def test_missing_gpus_end_the_job_after_the_wait_with_nothing_left_running(tmp_path):
