@@ -77,8 +77,9 @@ class Live:
     alive: set
     capacity: int
     ready: bool
-    fatal: str = ""
-    dead: list[str] = field(default_factory=list)  # engine sets with every replica dead for good
+    fatal: str = ""  # every remaining shard fails: an outage past its deadline, or the user's engines dead
+    dead: list[tuple[EngineRef, str]] = field(default_factory=list)  # agent engine sets dead for good, and why
+    gone: set = field(default_factory=set)  # replicas dead for good (actor ids)
 
     def only_alive(self, ref: EngineRef) -> EngineRef:
         return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
@@ -181,14 +182,21 @@ class Driver:
         return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
 
     def await_engines(self, ref: EngineRef) -> EngineRef:
-        e = self.cfg.engine
         try:
-            self.ray.get([r.ready.remote() for r in ref.replicas], timeout=e.load_timeout_s)
+            self.ray.get([r.ready.remote() for r in ref.replicas], timeout=self.cfg.engine.load_timeout_s)
         except self.ray.exceptions.GetTimeoutError:
-            raise TimeoutError(
-                f"{ref.name} did not start within engine.load_timeout_s={e.load_timeout_s:g}s: each replica needs "
-                f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node (see `ray status`)") from None
+            raise TimeoutError(self.load_timeout_error(ref.name)) from None
         return ref
+
+    def load_timeout_error(self, name: str) -> str:
+        e = self.cfg.engine
+        return (f"{name} did not start within engine.load_timeout_s={e.load_timeout_s:g}s: each replica needs "
+                f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node (see `ray status`)")
+
+    def engine_not_started(self, name: str, states, error) -> None:
+        """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
+        for st in states:
+            self._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
 
     def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         return self.await_engines(self.launch_engines(ck, role))
@@ -294,8 +302,7 @@ class Driver:
         try:
             agent_ref = EngineRef(ck, user_ref.replicas, "agent") if shared else self.start_engines(ck, "agent")
         except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
-            for st in states:
-                self._give_up(st, f"engine for {ck.name} did not start: {exc}"[-4000:])
+            self.engine_not_started(ck.name, states, exc)
             return
         try:
             self._run_shards(states, agent_ref, user_ref, bar)
@@ -325,15 +332,16 @@ class Driver:
         in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
-        user_set = [(user.name, user.replicas)] if user is not None else []
         live: Live | None = None
         while placement.has_work() or inflight:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
-                live = self._live(placement.engine_sets() + user_set, inflight)
-                if live.fatal:  # dead agent engines fail their shards; an outage or a dead user engine, all
-                    mine = live.dead and (user is None or user.name not in live.dead)
-                    self._abandon(live.fatal, bar, states if mine else list(self.todo.values()))
+                live = self._live(placement.engine_sets(), user, inflight)
+                if live.fatal:  # an outage past its deadline or a dead user engine: every shard fails
+                    self._abandon(live.fatal, bar, list(self.todo.values()))
                     return
+                for ref, error in live.dead:  # a checkpoint whose engines are all dead for good: its shards
+                    self._abandon(error, bar, [st for st in states if st.shard.model == ref.checkpoint.name])
+                placement.drop_dead(live.gone)
             for st, ep, agent, slot in placement.take(live.capacity - len(inflight), live.alive) if live.ready else []:
                 w = min(live.workers, key=self.load.__getitem__)
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
@@ -372,21 +380,23 @@ class Driver:
 
     HEALTH_EVERY_S = 2.0
 
-    def _live(self, engine_sets: list[tuple[str, list]], inflight: dict) -> Live:
-        """The workers and engine replicas that are alive now; an outage (some engine set or the
+    def _live(self, agents: list[EngineRef], user: EngineRef | None, inflight: dict) -> Live:
+        """The workers and engine replicas that are alive now, and the engine sets whose every
+        replica is dead for good. An outage (the user's engines, every agent engine set or the
         workers with none alive) is timed, and fatal past engine.load_timeout_s."""
         e, now = self.cfg.engine, time.monotonic()
         workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
-        alive, missing, dead, fatal = set(), [], [], ""
-        for name, replicas in engine_sets:
-            states = [actor_state(r) for r in replicas]
-            alive |= {r._actor_id for r, s in zip(replicas, states) if s == "ALIVE"}
-            if all(s == "DEAD" for s in states):
-                dead.append(name)
-                fatal = f"{name}: every replica is dead (engine.max_restarts={e.max_restarts} restarts spent)"
-            elif "ALIVE" not in states:
-                missing.append(f"{name} (no replica alive: each needs {e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) "
-                               "on one node)")
+        sets = agents + ([user] if user is not None else [])
+        state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
+        alive = {a for a, s in state.items() if s == "ALIVE"}
+        gone = {a for a, s in state.items() if s == "DEAD"}
+        dead = [ref for ref in sets if all(r._actor_id in gone for r in ref.replicas)]
+        down = [ref for ref in sets if ref not in dead and not any(r._actor_id in alive for r in ref.replicas)]
+        agents_down = all(ref in down or ref in dead for ref in agents)  # under rolling, other slots go on
+        missing = [f"{ref.name} (no replica alive: each needs {e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node)"
+                   for ref in down if ref is user or agents_down]
+        died = lambda ref: f"{ref.name}: every replica is dead (engine.max_restarts={e.max_restarts} restarts spent)"  # noqa: E731
+        fatal = died(user) if user in dead else ""
         if not workers:
             missing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         if missing and self.outage is None:
@@ -396,11 +406,13 @@ class Driver:
                 item.started += now - self.outage.since
             self.outage = None
         if self.outage is not None and now - self.outage.since > e.load_timeout_s:
-            dead = []  # an outage fails every remaining shard
             fatal = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
                      f"{'; '.join(missing)}. Its node died and no node with these resources joined in time; "
                      "resume the run once the cluster has them")
-        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal, dead)
+        if fatal:
+            self.outage = None
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal,
+                    [(ref, died(ref)) for ref in dead if ref is not user], gone)
 
     def _abandon(self, error: str, bar, states: list[ShardState]) -> None:
         """Fail the unfinished shards of `states` with `error` (their finished episodes stay in
@@ -408,7 +420,6 @@ class Driver:
         for st in states:
             if not st.complete:
                 self._give_up(st, error)
-        self.outage = None
         self._postfix(bar)
 
     def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:

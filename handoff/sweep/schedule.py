@@ -11,6 +11,12 @@
   engine takes a checkpoint of the same architecture by reloading its weights), while the
   other slots finish their episodes. Each checkpoint's episodes are dispatched longest first, by
   what the same task and trial took on earlier checkpoints, so that the last ones are short.
+
+Engines that die behave the same under both: a checkpoint whose every replica (every slot holding
+it) is dead for good fails its unfinished shards (the driver's `_live`); under `rolling` a slot
+whose actor is dead for good, or whose load failed or ran past engine.load_timeout_s, is then
+retired and a fresh slot (a new actor) takes its place for the next checkpoint that needs one,
+as `sequential` starts new engines for the next checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handoff.sweep.config import Checkpoint
+from handoff.sweep.engines import actor_state
 from handoff.sweep.worker import EngineRef
 
 
@@ -32,11 +39,14 @@ class Fixed:
         self.queue, self.ref = queue, engines
 
     def has_work(self) -> bool:
-        return bool(self.queue)
+        return any(not st.failed for st, _ in self.queue)
 
-    def engine_sets(self) -> list[tuple[str, list]]:
-        """(name, replicas) of the agent engines that dispatch needs (it pauses while none is alive)."""
-        return [(self.ref.name, self.ref.replicas)]
+    def engine_sets(self) -> list[EngineRef]:
+        """The agent engines that dispatch needs (it pauses while none is alive)."""
+        return [self.ref]
+
+    def drop_dead(self, gone: set) -> None:
+        pass  # dead replicas take no episodes (`take`); the next checkpoint gets new engines
 
     def take(self, n: int, alive: set) -> list[tuple]:
         """Up to `n` episodes on the replicas that are `alive` (actor ids); none while none is."""
@@ -60,8 +70,8 @@ class Fixed:
 
 @dataclass
 class Slot:
-    actor: Any
     cap: int
+    actor: Any = None  # its engine replica; None until it has a checkpoint to load
     engines: EngineRef | None = None  # the checkpoint it holds, ready
     loading: Any = None  # ObjectRef of a load in progress
     target: Checkpoint | None = None
@@ -70,9 +80,21 @@ class Slot:
     pinned: bool = False  # the user simulator's engines serving a checkpoint they share
 
     @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint it holds or is loading."""
+        return self.target if self.loading is not None else (self.engines.checkpoint if self.engines else None)
+
+    @property
     def holds(self) -> str | None:
-        ck = self.target if self.loading is not None else (self.engines.checkpoint if self.engines else None)
-        return ck.name if ck else None
+        return self.checkpoint.name if self.checkpoint else None
+
+    @property
+    def replicas(self) -> list:
+        return self.engines.replicas if self.pinned else [self.actor]
+
+    def serving(self, alive: set | None) -> bool:
+        """Loading, or its replicas `alive` (actor ids; None: assume so)."""
+        return alive is None or self.loading is not None or all(r._actor_id in alive for r in self.replicas)
 
 
 @dataclass
@@ -106,15 +128,9 @@ class Rolling:
                  pinned: dict[str, EngineRef]):
         self.driver, self.ckpts = driver, [c for c in ckpts if c.name in queues]
         self.work = Work(queues)
-        self.slots = [Slot(None, cap * len(ref.replicas), engines=ref, pinned=True) for ref in pinned.values()]
-        for _ in range(self._agent_replicas()):
-            slot = Slot(None, cap)
-            target = self._target()
-            if target is None:
-                break
-            slot.actor = driver.new_engine(target, "agent")
-            self._begin_load(slot, target, slot.actor.ready.remote())
-            self.slots.append(slot)
+        self.slots = [Slot(cap * len(ref.replicas), engines=ref, pinned=True) for ref in pinned.values()]
+        self.slots += [Slot(cap) for _ in range(self._agent_replicas())]
+        self._move_free_slots(None)
 
     def _agent_replicas(self) -> int:
         """Agent slots of their own: the engine sets that check_resources reserved, less the user
@@ -127,14 +143,23 @@ class Rolling:
     def has_work(self) -> bool:
         return any(self.work.queued(c.name) for c in self.ckpts)
 
-    def engine_sets(self) -> list[tuple[str, list]]:
-        """The agent slots as one engine set (dispatch pauses while none is alive)."""
-        replicas = [r for s in self.slots for r in ([s.actor] if s.actor is not None else s.engines.replicas)]
-        return [("agent engine slots", replicas)] if replicas else []
+    def engine_sets(self) -> list[EngineRef]:
+        """Each checkpoint's slots (loading ones too) as its engine set: dispatch pauses while no set
+        has a replica alive, and a checkpoint whose every slot is dead for good fails its shards."""
+        sets: dict[str, EngineRef] = {}
+        for s in self.slots:
+            if s.checkpoint is not None:
+                sets.setdefault(s.holds, EngineRef(s.checkpoint, [])).replicas.extend(s.replicas)
+        return list(sets.values())
+
+    def drop_dead(self, gone: set) -> None:
+        """Retire the slots whose actor is dead for good (actor ids in `gone`)."""
+        for slot in [s for s in self.slots if not s.pinned and s.actor is not None and s.actor._actor_id in gone]:
+            self._retire(slot)
 
     def take(self, n: int, alive: set) -> list[tuple]:
         """Up to `n` episodes on slots whose replicas are `alive` (actor ids)."""
-        self._move_free_slots()
+        self._move_free_slots(alive)
         out = []
         while len(out) < n:
             open_slots = [s for s in self.slots if s.engines and s.loading is None and s.inflight < s.cap
@@ -160,7 +185,9 @@ class Rolling:
         return [s.loading for s in self.slots if s.loading is not None]
 
     def loaded(self, ref) -> None:
-        slot = next(s for s in self.slots if s.loading == ref)
+        slot = next((s for s in self.slots if s.loading == ref), None)
+        if slot is None:  # retired meanwhile (its actor died)
+            return
         try:
             self.driver.ray.get(ref, timeout=60)
         except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
@@ -171,10 +198,8 @@ class Rolling:
 
     def check_load_timeouts(self) -> None:
         limit = self.driver.cfg.engine.load_timeout_s
-        for slot in self.slots:
-            if slot.loading is not None and time.monotonic() - slot.load_started > limit:
-                self.driver.ray.kill(slot.actor, no_restart=False)  # Ray restarts it, empty
-                self._load_failed(slot, f"no engine after engine.load_timeout_s={limit}s")
+        for slot in [s for s in self.slots if s.loading is not None and time.monotonic() - s.load_started > limit]:
+            self._load_failed(slot, self.driver.load_timeout_error(EngineRef(slot.target, []).name))
 
     def stop(self) -> None:
         for slot in self.slots:
@@ -182,33 +207,47 @@ class Rolling:
                 self.driver.stop_engine(slot.actor)
 
     # -- slots ------------------------------------------------------------------------------------
-    def _target(self) -> Checkpoint | None:
-        """The earliest checkpoint with more queued episodes than its slots have room for."""
+    def _target(self, alive: set | None) -> Checkpoint | None:
+        """The earliest checkpoint with more queued episodes than its serving slots have room for (a
+        slot whose replica is down leaves its checkpoint to the others)."""
         for ck in self.ckpts:
-            room = sum(s.cap for s in self.slots if s.holds == ck.name)
+            room = sum(s.cap for s in self.slots if s.holds == ck.name and s.serving(alive))
             if self.work.queued(ck.name) > room:
                 return ck
         return None
 
-    def _move_free_slots(self) -> None:
-        for slot in self.slots:
+    def _move_free_slots(self, alive: set | None) -> None:
+        """Start the slots that have no actor yet, and move those with nothing left to do on their
+        checkpoint, when some checkpoint needs them."""
+        for slot in list(self.slots):
             if slot.pinned or slot.loading is not None or slot.inflight:
                 continue
             if slot.engines is not None and self.work.queued(slot.engines.checkpoint.name):
                 continue
             held, slot.engines = slot.engines, None  # its room does not count for _target
-            target = self._target()
+            target = self._target(alive)
             if target is None:
                 slot.engines = held
-            else:
+            elif slot.actor is None:
+                slot.actor = self.driver.new_engine(target, "agent")
+                self._begin_load(slot, target, slot.actor.ready.remote())
+            elif (state := actor_state(slot.actor)) == "ALIVE":
                 self._begin_load(slot, target, slot.actor.load.remote(target.model_dump(mode="json")))
+            else:  # a load would fail the target for its actor's death: retire it, or wait for its restart
+                slot.engines = held
+                if state == "DEAD":
+                    self._retire(slot)
 
     def _begin_load(self, slot: Slot, target: Checkpoint, ref) -> None:
         slot.target, slot.loading, slot.load_started = target, ref, time.monotonic()
 
+    def _retire(self, slot: Slot) -> None:
+        """Stop the slot's engine; a fresh slot (no actor yet) takes its place."""
+        self.driver.stop_engine(slot.actor)
+        self.slots[self.slots.index(slot)] = Slot(slot.cap)
+
     def _load_failed(self, slot: Slot, error: str) -> None:
         name = slot.target.name
-        slot.loading = slot.engines = None
-        for st in {id(st): st for st, _ in self.work.queues[name]}.values():
-            self.driver._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
+        self._retire(slot)
+        self.driver.engine_not_started(name, {id(st): st for st, _ in self.work.queues[name]}.values(), error)
         self.work.queues[name].clear()

@@ -93,10 +93,12 @@ def test_killed_worker_and_engines_mid_sweep(baseline, tmp_path):
     assert result_set(run_dir) == result_set(baseline[0])
 
 
-def test_engine_dead_for_good_fails_only_its_checkpoints_shards(ray_cluster, tmp_path):
+@pytest.mark.parametrize("schedule", ["sequential", "rolling"])
+def test_engine_dead_for_good_fails_only_its_checkpoints_shards(ray_cluster, tmp_path, schedule):
     """engine.max_restarts=0 and kill -9 of the first checkpoint's agent engine (the process that
     served its requests) after one finished episode: that checkpoint's unfinished shards fail saying
-    so, without spending attempts, and the next checkpoint runs in full."""
+    so, without spending attempts, and the next checkpoint runs in full (under `rolling` on a new
+    actor in the dead one's slot)."""
     from bench.scripted import model_path
 
     for step in (1, 2):
@@ -116,7 +118,8 @@ def test_engine_dead_for_good_fails_only_its_checkpoints_shards(ray_cluster, tmp
     watcher.start()
     _, summary = sweep(run_dir, "model=[checkpoints]", f"model.checkpoints.glob={tmp_path}/ckpts/global_step_*",
                        f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes",
-                       "engine.max_restarts=0", "engine.script.delay_s=1.0", f"engine.script.service_log={log}")
+                       "engine.max_restarts=0", "engine.script.delay_s=1.0", f"engine.script.service_log={log}",
+                       f"schedule={schedule}")
     watcher.join(timeout=60)
     assert killed and killed[0] < N_EPISODES
     assert summary.episode_failures == 0 and summary.shards_failed
