@@ -27,8 +27,8 @@ from tests.support.ray import kill_mid_run, recorded
 
 pytestmark = pytest.mark.ray
 
-BASE = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4", "shard_size=2", "workers.processes=2",
-        "workers.threads=1", "max_attempts=3"]
+BASE = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4", "shard_size=2",
+        "workers.processes=2", "workers.threads=1", "max_attempts=3"]
 N_EPISODES = 4
 
 
