@@ -4,12 +4,20 @@ and the tiny-model build also need live in `handoff.testing`."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
 import pytest
 
 import handoff  # noqa: F401  (litellm's local cost map, quiet loguru: before tau2 is imported)
+
+# Every Ray in the tests runs without token auth, this process's drivers included. Left unset, the first
+# local ray.init() switches this process to token auth for good (Ray sets RAY_AUTH_MODE=token here);
+# a driver in token mode then rejects the calls of a cluster started with auth disabled
+# (tests/support/cluster.py), and that cluster's GCS destroys every actor the driver creates before it
+# starts ("all references to the actor were removed").
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 @pytest.fixture(scope="module")

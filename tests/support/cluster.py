@@ -143,6 +143,7 @@ class LocalCluster:
         """Start the head and connect this process to it as a driver (`init`: more ray.init arguments)."""
         import ray
 
+        self._check_auth()
         port, dash = free_port(), free_port()
         args = ["--head", f"--port={port}", f"--temp-dir={self.tmp}", f"--ray-client-server-port={free_port()}",
                 f"--include-dashboard={'true' if dashboard else 'false'}", f"--dashboard-port={dash}",
@@ -153,6 +154,21 @@ class LocalCluster:
         ray.init(address=self.address, log_to_driver=False, **init)
         self._wait_registered(head, timeout)
         return head
+
+    def _check_auth(self) -> None:
+        """This process (the driver) must use the cluster's Ray auth mode. A driver in token mode
+        rejects the GCS's unauthenticated calls, among them the poll of each actor's owner, and the
+        GCS then destroys every actor the driver creates before it starts (`all references to the
+        actor were removed`). An earlier local ray.init() with RAY_AUTH_MODE unset switches a process
+        to token mode for good (tests/conftest.py prevents it)."""
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        mine, wanted = get_authentication_mode(), self.env.get("RAY_AUTH_MODE", "disabled")
+        if mine != getattr(AuthenticationMode, wanted.upper()):
+            raise RuntimeError(f"this process uses Ray auth mode {mine} (RAY_AUTH_MODE="
+                               f"{os.environ.get('RAY_AUTH_MODE')}), the cluster RAY_AUTH_MODE={wanted}: the actors "
+                               "this driver creates would be destroyed before they start. Set RAY_AUTH_MODE before "
+                               "the process's first ray.init()")
 
     def add_node(self, num_cpus: float = 1, num_gpus: float = 0, timeout: float = 300) -> Node:
         """Start a node and wait until this driver sees it alive with its resources."""

@@ -2,6 +2,9 @@
 CPUs and a node declaring 4 GPUs, the scripted engine with engine.device=gpu (agent and user
 simulator each on their own engine). A GPU node is lost by SIGKILL of its raylet's process tree, not
 by a mocked error. The module shares one cluster; each test starts with a live GPU node (`gpu`).
+This process drives the cluster with Ray's token auth disabled, as the cluster runs (tests/conftest.py):
+a driver that an earlier local ray.init() switched to token auth sees every actor it creates destroyed
+before it starts, which LocalCluster refuses up front.
 
 - A TP larger than any node's GPUs is refused before any engine starts.
 - jobs/submit.py runs a sweep through Ray Jobs (engines on the GPU node only, workers hold no GPU).
@@ -9,13 +12,17 @@ by a mocked error. The module shares one cluster; each test starts with a live G
   shard, every episode once, the engine's placement group moved to the new node; only the driver
   wrote the run directory.
 - Node loss with no replacement (rolling schedule): the shards fail after the deadline, saying so.
+- A driver process in token auth mode is refused before any cluster process starts.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -64,21 +71,6 @@ def gpu(cluster) -> LocalCluster:
 def sweep(run_dir: Path, *extra: str):
     overrides = [*BASE, f"run_dir={run_dir}", *extra]
     return run_sweep(compose(overrides), overrides, progress=False)
-
-
-def sweep_losing_a_node(run_dir: Path, *extra: str):
-    """`sweep`, for the tests that lose a node. Known, not yet diagnosed: in some runs (loaded machine,
-    full suite; a fresh interpreter too) the EpisodeWorker actors this in-process driver creates die
-    before they start (`SchedulingCancelled: Actor creation cancelled`), before any node is lost; the
-    same tests pass in other runs. That case is an expected failure (xfail); any other error fails."""
-    import ray
-
-    try:
-        return sweep(run_dir, *extra)
-    except ray.exceptions.ActorDiedError as exc:
-        if "EpisodeWorker" in str(exc) and "cancelled before it started running" in str(exc):
-            pytest.xfail(f"workers cancelled before they started (known, undiagnosed): {exc}")
-        raise
 
 
 def episodes(run_dir: Path) -> list[tuple]:
@@ -159,7 +151,7 @@ def test_node_lost_and_replaced_fails_nothing(gpu):
     run_dir, events = gpu.watched / "replaced", []
     before = gpu.gpu.node_id
     watcher = lose_node_when(run_dir, gpu, replace=True, events=events)
-    _, summary = sweep_losing_a_node(run_dir, "engine.tensor_parallel_size=2", DELAY, "engine.load_timeout_s=900")
+    _, summary = sweep(run_dir, "engine.tensor_parallel_size=2", DELAY, "engine.load_timeout_s=900")
     watcher.join(timeout=300)
     assert [e[0] for e in events] == ["killed", "replaced"] and events[0][1] < N_EPISODES, events
     assert summary.shards_failed == [] and summary.episode_failures == 0
@@ -188,7 +180,7 @@ def test_node_lost_for_good_fails_after_the_deadline(gpu):
     fail saying so, without spending attempts."""
     run_dir, events = gpu.watched / "lost", []
     watcher = lose_node_when(run_dir, gpu, replace=False, events=events)
-    _, summary = sweep_losing_a_node(run_dir, DELAY, "engine.load_timeout_s=60", "schedule=rolling")
+    _, summary = sweep(run_dir, DELAY, "engine.load_timeout_s=60", "schedule=rolling")
     watcher.join(timeout=300)
     killed_at = events[0]
     assert killed_at[1] < N_EPISODES
@@ -197,3 +189,24 @@ def test_node_lost_for_good_fails_after_the_deadline(gpu):
         failed = json.loads((RunPaths(run_dir).failed_dir / f"{sid}.json").read_text())
         assert "unavailable for more than engine.load_timeout_s=60s" in failed["error"], failed
         assert "no node with these resources joined" in failed["error"]
+
+
+def test_a_driver_in_token_auth_mode_is_refused(tmp_path):
+    """A local ray.init() with RAY_AUTH_MODE unset switches its process to token auth for good; such a
+    process could not own actors on the test cluster (auth disabled), so LocalCluster refuses it
+    before starting anything."""
+    code = ("import os, ray; from tests.support.cluster import LocalCluster\n"
+            "ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 << 20, _temp_dir=os.environ['T'])\n"
+            "ray.shutdown(); print('RAY_AUTH_MODE', os.environ.get('RAY_AUTH_MODE'), flush=True)\n"
+            "c = LocalCluster()\n"
+            "try:\n    c.start_head(num_cpus=1)\nfinally:\n    print('nodes', len(c.nodes)); c.shutdown()\n")
+    temp = tempfile.mkdtemp(prefix="ra-", dir="/tmp")  # AF_UNIX paths must stay short
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env.update(HOME=str(tmp_path), T=temp, PYTHONPATH=str(REPO))  # Ray writes its new token under HOME
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert "RAY_AUTH_MODE token" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.returncode != 0 and "nodes 0" in proc.stdout
+    assert "the actors this driver creates would be destroyed before they start" in proc.stderr
