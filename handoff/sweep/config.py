@@ -183,7 +183,7 @@ class SweepConfig(Strict):
     shard_size: int = Field(2, ge=1)
     max_attempts: int = Field(3, ge=1)
     episode_timeout_s: float = Field(1800, gt=0)
-    schedule: Literal["sequential", "rolling"] = "sequential"
+    schedule: Literal["sequential", "rolling"] = "rolling"
     model: dict[str, ModelConfig] = Field(min_length=1)
     domain: dict[str, DomainConfig] = Field(min_length=1)
     user: UserConfig

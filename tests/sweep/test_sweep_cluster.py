@@ -8,10 +8,11 @@ before it starts, which LocalCluster refuses up front.
 
 - A TP larger than any node's GPUs is refused before any engine starts.
 - jobs/submit.py runs a sweep through Ray Jobs (engines on the GPU node only, workers hold no GPU).
-- Node loss with a replacement inside engine.load_timeout_s (TP=2, sequential schedule): no failed
+- Node loss with a replacement inside engine.load_timeout_s (TP=2, both schedules): no failed
   shard, every episode once, the engine's placement group moved to the new node; only the driver
   wrote the run directory.
-- Node loss with no replacement (rolling schedule): the shards fail after the deadline, saying so.
+- Node loss with no replacement (rolling, the default schedule): the shards fail after the deadline,
+  saying so.
 - A driver process in token auth mode is refused before any cluster process starts.
 """
 
@@ -145,13 +146,15 @@ def test_ray_job_sweep_places_engines_on_gpu_nodes(gpu, tmp_path):
     assert workers and all(not a.required_resources.get("GPU") for a in workers)
 
 
-def test_node_lost_and_replaced_fails_nothing(gpu):
+@pytest.mark.parametrize("schedule", ["sequential", "rolling"])
+def test_node_lost_and_replaced_fails_nothing(gpu, schedule):
     """TP=2: a placement group per replica on the GPU node; the node dies after the first episode
     and a new one joins: the engines restart there and no episode costs an attempt."""
-    run_dir, events = gpu.watched / "replaced", []
-    before = gpu.gpu.node_id
+    run_dir, events = gpu.watched / f"replaced-{schedule}", []
+    before, earlier = gpu.gpu.node_id, {a.actor_id for a in actors("EngineHost")}
     watcher = lose_node_when(run_dir, gpu, replace=True, events=events)
-    _, summary = sweep(run_dir, "engine.tensor_parallel_size=2", DELAY, "engine.load_timeout_s=900")
+    _, summary = sweep(run_dir, "engine.tensor_parallel_size=2", DELAY, "engine.load_timeout_s=900",
+                       f"schedule={schedule}")
     watcher.join(timeout=300)
     assert [e[0] for e in events] == ["killed", "replaced"] and events[0][1] < N_EPISODES, events
     assert summary.shards_failed == [] and summary.episode_failures == 0
@@ -159,7 +162,7 @@ def test_node_lost_and_replaced_fails_nothing(gpu):
     assert len(keys) == len(set(keys)) == N_EPISODES == summary.episodes_done
     assert not list(RunPaths(run_dir).failed_dir.glob("*.json"))
 
-    engines = actors("EngineHost", this_job())
+    engines = [a for a in actors("EngineHost", this_job()) if a.actor_id not in earlier]
     assert len(engines) == 2 and all(a.num_restarts >= 1 and a.placement_group_id for a in engines)
     assert {node(a) for a in engines} == {events[1][2]} != {before}  # restarted on the new node
     assert all(not a.required_resources.get("GPU") for a in actors("EpisodeWorker"))
@@ -176,7 +179,7 @@ def test_the_audit_sees_a_workers_write(cluster):
 
 
 def test_node_lost_for_good_fails_after_the_deadline(gpu):
-    """No node returns (rolling schedule): the episodes wait engine.load_timeout_s, then the shards
+    """No node returns (rolling, the default schedule): the episodes wait engine.load_timeout_s, then the shards
     fail saying so, without spending attempts."""
     run_dir, events = gpu.watched / "lost", []
     watcher = lose_node_when(run_dir, gpu, replace=False, events=events)
