@@ -1,5 +1,6 @@
-"""How busy accelerator slots stay over a whole sweep of many checkpoints: today's schedule
-(`schedule=sequential`) against the new one, in the same invocation, on the product's driver.
+"""How busy accelerator slots stay over a whole sweep of many checkpoints: the sequential schedule
+(`schedule=sequential`, the baseline) against the rolling one (the default), in the same invocation,
+on the product's driver.
 
 A local Ray cluster declares `--slots` GPUs; the sweep's engine is the scripted engine on them
 (engine.device=gpu, one GPU per replica, engine.replicas = slots). It stands in for an accelerator:
