@@ -189,9 +189,15 @@ class Driver:
         return ref
 
     def load_timeout_error(self, name: str) -> str:
+        return (f"{name} did not start within engine.load_timeout_s={self.cfg.engine.load_timeout_s:g}s: "
+                f"each replica needs {self.replica_needs()} (see `ray status`)")
+
+    def replica_needs(self) -> str:
         e = self.cfg.engine
-        return (f"{name} did not start within engine.load_timeout_s={e.load_timeout_s:g}s: each replica needs "
-                f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node (see `ray status`)")
+        return f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node"
+
+    def dead_error(self, ref: EngineRef) -> str:
+        return f"{ref.name}: every replica is dead (engine.max_restarts={self.cfg.engine.max_restarts} restarts spent)"
 
     def engine_not_started(self, name: str, states, error) -> None:
         """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
@@ -393,10 +399,9 @@ class Driver:
         dead = [ref for ref in sets if all(r._actor_id in gone for r in ref.replicas)]
         down = [ref for ref in sets if ref not in dead and not any(r._actor_id in alive for r in ref.replicas)]
         agents_down = all(ref in down or ref in dead for ref in agents)  # under rolling, other slots go on
-        missing = [f"{ref.name} (no replica alive: each needs {e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node)"
+        missing = [f"{ref.name} (no replica alive: each needs {self.replica_needs()})"
                    for ref in down if ref is user or agents_down]
-        died = lambda ref: f"{ref.name}: every replica is dead (engine.max_restarts={e.max_restarts} restarts spent)"  # noqa: E731
-        fatal = died(user) if user in dead else ""
+        fatal = self.dead_error(user) if user in dead else ""
         if not workers:
             missing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         if missing and self.outage is None:
@@ -412,7 +417,7 @@ class Driver:
         if fatal:
             self.outage = None
         return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal,
-                    [(ref, died(ref)) for ref in dead if ref is not user], gone)
+                    [(ref, self.dead_error(ref)) for ref in dead if ref is not user], gone)
 
     def _abandon(self, error: str, bar, states: list[ShardState]) -> None:
         """Fail the unfinished shards of `states` with `error` (their finished episodes stay in
