@@ -41,3 +41,16 @@ def tasks():
     from handoff.testing.synthetic import sample_tasks
 
     return sample_tasks(2)
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """Every real-engine test in one group, so that two vLLM engines never share the 2 CPUs; any other
+    test with its module, so that module fixtures (a local Ray, a multi-node cluster) start once."""
+    return "real_engine" if item.get_closest_marker("real_engine") else item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """`make test` runs two pytest-xdist workers with --dist loadgroup: each worker takes whole groups."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
