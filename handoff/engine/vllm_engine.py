@@ -124,11 +124,10 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
 def engine_args(settings: EngineSettings) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    cpu = settings.on_cpu()
-    gpu_only = {} if cpu else {"gpu_memory_utilization": settings.gpu_memory_utilization}
-    # vLLM-CPU's seeded sampling (temperature > 0) dies when the token sampled for a partial prefill
-    # chunk is discarded ("CPU Generator does not use offset"): on CPU, prompts are prefilled whole.
-    cpu_only = {"enable_chunked_prefill": False} if cpu else {}
+    # On CPU, prompts are prefilled whole: vLLM-CPU's seeded sampling (temperature > 0) dies when the
+    # token sampled for a partial prefill chunk is discarded ("CPU Generator does not use offset").
+    per_device = ({"enable_chunked_prefill": False} if settings.on_cpu()
+                  else {"gpu_memory_utilization": settings.gpu_memory_utilization})
     return AsyncEngineArgs(
         model=settings.model,
         tokenizer=settings.tokenizer,
@@ -141,8 +140,7 @@ def engine_args(settings: EngineSettings) -> Any:
         enable_prefix_caching=settings.enable_prefix_caching,
         distributed_executor_backend=settings.distributed_executor_backend,
         disable_log_stats=True,
-        **gpu_only,
-        **cpu_only,
+        **per_device,
     )
 
 
