@@ -21,10 +21,9 @@ from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
 from handoff.agent.handoff_agent import AgentLog, HandoffAgent
+from handoff.rules.events import TERMINATION_DETAIL_INFO_KEY as DETAIL_KEY
 from handoff.rules.events import TERMINATION_INFO_KEY as TERMINATION_KEY
 from handoff.rules.events import FormatEvent, with_episode_info
-
-DETAIL_KEY = "handoff_termination_detail"
 
 Evaluate = Callable[..., RewardInfo]
 

@@ -49,6 +49,8 @@ class Reduction(BaseModel):
     failed_shards: list[str] = Field(default_factory=list)
     groups: list[GroupMetrics]
     episodes: list[ScoredEpisode] = Field(default_factory=list, exclude=True)
+    by_shard: dict[str, list[ScoredEpisode]] = Field(default_factory=dict, exclude=True,
+                                                     description="the episodes of each shard read")
 
     def group(self, model: str, domain: str = ALL, rule: str = ALL) -> GroupMetrics:
         for g in self.groups:
@@ -117,10 +119,11 @@ def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode
     return scored
 
 
-def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[str], list[str]]:
-    """All scored episodes of a run, sorted by key; also the shards read and those corrupt."""
+def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], dict[str, list[ScoredEpisode]], list[str]]:
+    """All scored episodes of a run, sorted by key; also those of each shard read, and the shards
+    that are corrupt."""
     run.scores_dir.mkdir(parents=True, exist_ok=True)
-    episodes, read, corrupt, seen = [], [], [], {}
+    episodes, by_shard, corrupt, seen = [], {}, [], {}
     for shard in run.shards():
         try:
             scored = _score_shard(run, shard, scorer)
@@ -133,13 +136,13 @@ def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], list[st
                 raise RunDirError(f"episode {ep.key} appears in shards {seen[ep.key]} and {shard.stem}")
             seen[ep.key] = shard.stem
         episodes.extend(scored)
-        read.append(shard.stem)
-    live = {run.scores_path(name) for name in read}
+        by_shard[shard.stem] = scored
+    live = {run.scores_path(name) for name in by_shard}
     for stale in run.scores_dir.glob("*.jsonl"):  # shards that were removed or replaced
         if stale not in live:
             stale.unlink()
     episodes.sort(key=lambda e: e.key)
-    return episodes, read, corrupt
+    return episodes, by_shard, corrupt
 
 
 def _slices(episodes: list[ScoredEpisode]) -> dict[tuple[str, int, str, str], list[ScoredEpisode]]:
@@ -164,9 +167,9 @@ def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
 def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
     """Score what is new in the run, compute all metrics, write reduced/metrics.json."""
     run = RunDir(run_dir)
-    episodes, read, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
-    reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=read,
+    episodes, by_shard, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
+    reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
                           corrupt_shards=corrupt, failed_shards=run.failed_ids(),
-                          groups=compute_groups(episodes), episodes=episodes)
+                          groups=compute_groups(episodes), episodes=episodes, by_shard=by_shard)
     write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

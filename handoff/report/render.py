@@ -1,26 +1,29 @@
 """`handoff report`: report/report.md and report/report.html (the same Markdown rendered by
-markdown-it) with the plots of handoff.report.plots, readable without W&B."""
+markdown-it) with the plots of handoff.report.plots, readable without W&B, and the episode pages
+(handoff.report.episodes): every number in the tables links to the episodes behind it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from handoff.records import write_atomic
+from handoff.report import episodes as pages
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.rules.metrics import Interval
+from handoff.rules.metrics import ANY, Interval
 from handoff.rundir import RunDir
 
+# Headline columns: the value picked from a slice's metrics, and the index filter behind it.
 HEADLINE = {
-    "accuracy": lambda m: m.handoff.accuracy,
-    "precision": lambda m: m.handoff.precision,
-    "recall": lambda m: m.handoff.recall,
-    "F1": lambda m: m.handoff.f1,
-    "tau2 reward": lambda m: m.tau2_reward,
-    "pass^1": lambda m: m.pass_hat_k.get(1),
-    "reward": lambda m: m.reward,
-    "violations": lambda m: m.violation_rate["any"],
-    "format err./100 turns": lambda m: m.format_errors_per_100_turns["any"],
+    "accuracy": (lambda m: m.handoff.accuracy, {}),
+    "precision": (lambda m: m.handoff.precision, {"outcome": pages.TRANSFERRED}),
+    "recall": (lambda m: m.handoff.recall, {"outcome": pages.SHOULD_TRANSFER}),
+    "F1": (lambda m: m.handoff.f1, {"outcome": pages.NOT_CORRECT_NO_TRANSFER}),
+    "tau2 reward": (lambda m: m.tau2_reward, {"sort": "tau2"}),
+    "pass^1": (lambda m: m.pass_hat_k.get(1), {"sort": "tau2"}),
+    "reward": (lambda m: m.reward, {"sort": "reward"}),
+    "violations": (lambda m: m.violation_rate["any"], {"violation": "any"}),
+    "format err./100 turns": (lambda m: m.format_errors_per_100_turns["any"], {"format": "any"}),
 }
 HTML_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
@@ -39,6 +42,11 @@ def fmt(iv: Interval | None) -> str:
     return f"{iv.value:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
 
 
+def linked(text, **filters) -> str:
+    """A table cell linking to the index of the episodes behind it."""
+    return f"[{text}]({pages.link(**filters)})"
+
+
 def table(header: list[str], rows: list[list]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""]
@@ -54,12 +62,35 @@ def _slices(reduction: Reduction):
                 continue
 
 
-def _keyed_table(reduction: Reduction, pick) -> list[str]:
-    """A table with one column per key of a dict of Intervals picked from each slice's metrics."""
+def _keyed_table(reduction: Reduction, pick, filters) -> list[str]:
+    """A table with one column per key of a dict of Intervals picked from each slice's metrics;
+    `filters(key)` gives the index filter of a column."""
     rows = [(model, step, domain, pick(m)) for model, step, domain, m in _slices(reduction)]
     keys = sorted({k for *_, d in rows for k in d})
     return table(["checkpoint", "step", "domain", *keys],
-                 [[model, step, domain, *(fmt(d.get(k)) for k in keys)] for model, step, domain, d in rows])
+                 [[model, step, domain, *(_cell(d.get(k), checkpoint=model, domain=domain, **filters(k)) for k in keys)]
+                  for model, step, domain, d in rows])
+
+
+def _cell(iv: Interval | None, **filters) -> str:
+    return fmt(iv) if iv is None or iv.value is None else linked(fmt(iv), **filters)
+
+
+def _any_or(field: str, key: str) -> dict:
+    return {field: "any" if key == ANY else key}
+
+
+# Tables per key: title, the dict picked from a slice's metrics, the index filter of a key.
+SECTIONS = [
+    ("Outcome classes (docs/metrics.md)", lambda m: m.outcomes, lambda k: {"outcome": k}),
+    ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
+    ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,
+     lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}),
+    ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),
+    ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns,
+     lambda k: _any_or("format", k)),
+    ("Termination reasons", lambda m: m.termination, lambda k: {"termination": k}),
+]
 
 
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
@@ -67,26 +98,23 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
              f"; corrupt shards: {', '.join(reduction.corrupt_shards) or 'none'}"
              f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
-             "Values are given with their 95% interval (docs/metrics.md).", "",
+             "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
+             f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
              "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
-                   [[model, step, domain, m.n_episodes, *(fmt(pick(m)) for pick in HEADLINE.values())]
+                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
+                     *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
-    sections = [
-        ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule),
-        ("Episodes with a policy violation, per rule", lambda m: m.violation_rate),
-        ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns),
-        ("Termination reasons", lambda m: m.termination),
-    ]
-    for title, pick in sections:
-        lines += [f"## {title}", ""] + _keyed_table(reduction, pick)
+    for title, pick, filters in SECTIONS:
+        lines += [f"## {title}", ""] + _keyed_table(reduction, pick, filters)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]
     lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
     return "\n".join(lines)
 
 
 def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
-    """Write report/report.md, report/report.html and report/plots/*.png; return their paths."""
+    """Write report/report.md, report/report.html, report/plots/*.png and the episode pages
+    (report/episodes/); return their paths."""
     from markdown_it import MarkdownIt
 
     run = RunDir(run_dir)
@@ -96,4 +124,5 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     write_atomic(md, text)
     body = MarkdownIt("commonmark").enable("table").render(text)
     write_atomic(html, HTML_PAGE.format(title=f"Hand-off report: {reduction.run}", body=body))
-    return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()}}
+    return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()},
+            **pages.write_episode_pages(run.root, reduction)}

@@ -112,7 +112,8 @@ def metric_values(m: Metrics) -> dict[str, float]:
     out: dict[str, float] = {"n_episodes": float(m.n_episodes), "n_tasks": float(m.n_tasks)}
     for name in ("precision", "recall", "f1", "accuracy"):
         _put(out, f"handoff/{name}", getattr(m.handoff, name))
-    for prefix, ivs in (("transfer_rate", m.transfer_rate_by_rule), ("violation_rate", m.violation_rate),
+    for prefix, ivs in (("outcome", m.outcomes), ("transfer_rate", m.transfer_rate_by_rule),
+                        ("handoff_turn", m.handoff_turn_by_rule), ("violation_rate", m.violation_rate),
                         ("format_errors_per_100_turns", m.format_errors_per_100_turns),
                         ("termination", m.termination)):
         for key, iv in ivs.items():

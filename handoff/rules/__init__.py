@@ -9,6 +9,7 @@ from handoff.rules.context import DomainTools, TaskContext, UnknownDomain
 from handoff.rules.events import FormatEvent, FormatKind
 from handoff.rules.formats import FormatError, format_errors
 from handoff.rules.label import Label
+from handoff.rules.outcome import Outcome, handoff_turn, outcome_of
 from handoff.rules.score import EpisodeScore, RewardWeights, score_episode
 from handoff.rules.trajectory import (
     Trajectory,
@@ -25,6 +26,7 @@ __all__ = [
     "FormatEvent",
     "FormatKind",
     "Label",
+    "Outcome",
     "RewardWeights",
     "RuleId",
     "TaskContext",
@@ -33,7 +35,9 @@ __all__ = [
     "UnknownDomain",
     "Violation",
     "format_errors",
+    "handoff_turn",
     "load_trajectories",
+    "outcome_of",
     "score_episode",
     "transferred",
     "violations",

@@ -35,6 +35,9 @@ TERMINATION_INFO_KEY = "handoff_termination"
 """Key in a SimulationRun's `reward_info.info` holding a termination reason that tau2's
 TerminationReason cannot express (e.g. `context_window_exceeded`); tau2 then records agent_error."""
 
+TERMINATION_DETAIL_INFO_KEY = "handoff_termination_detail"
+"""Key in `reward_info.info`: what the agent's internal stop said (e.g. which limit ended the episode)."""
+
 FORMAT_EVENTS_INFO_KEY = "handoff_format_events"
 """Key in `reward_info.info`: the agent's format events (FormatEvent JSON, possibly []), so that a
 SimulationRun written by handoff (a shard, `handoff export`) scores the same anywhere."""

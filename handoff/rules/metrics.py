@@ -10,6 +10,7 @@ pass^k is tau2's own (tau2.metrics.agent_metrics): per task C(c, k) / C(n, k), a
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 
 from handoff.rules.events import FormatKind
+from handoff.rules.outcome import Outcome
 from handoff.rules.score import EpisodeScore
 from handoff.rules.violations import RuleId
 
@@ -60,7 +62,9 @@ class Metrics(BaseModel):
     n_episodes: int
     n_tasks: int
     handoff: HandoffMetrics
+    outcomes: dict[str, Interval] = {}
     transfer_rate_by_rule: dict[str, Interval]
+    handoff_turn_by_rule: dict[str, Interval] = {}
     tau2_reward: Interval
     tau2_success: Interval
     pass_hat_k: dict[int, Interval]
@@ -178,7 +182,9 @@ def compute_metrics(
         n_episodes=len(scores),
         n_tasks=len(by_task),
         handoff=_handoff(scores, boot),
+        outcomes=_outcomes(scores),
         transfer_rate_by_rule=_transfer_rates(scores),
+        handoff_turn_by_rule=_handoff_turns(scores),
         tau2_reward=boot.interval(RATIOS["tau2_reward"]),
         tau2_success=wilson(sum(is_successful(_tau2_reward(s)) for s in scores), len(scores)),
         pass_hat_k=_pass_hat_k(by_task, boot, ks),
@@ -254,6 +260,44 @@ def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     for s in scores:
         by_rule[s.label.rule].append(s.transferred)
     return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+
+
+def _outcomes(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    counts = Counter(s.outcome for s in scores)
+    return {o.value: wilson(counts[o], len(scores)) for o in Outcome}
+
+
+def median_interval(values: Sequence[float], z: float = Z95) -> Interval:
+    """The median with its distribution-free 95% interval [x(j), x(n + 1 - j)] (order statistics):
+    j is the largest rank with P(Binomial(n, 1/2) < j) <= 2.5%, exactly up to n = 1,000, else by
+    the normal approximation. With n < 6 it is the whole sample. `n` is the number of values."""
+    xs = sorted(values)
+    n = len(xs)
+    if not n:
+        return Interval(value=None, lo=None, hi=None, n=0)
+    rank = max(1, _median_rank(n, z))
+    return Interval(value=float(statistics.median(xs)), lo=float(xs[rank - 1]), hi=float(xs[n - rank]), n=n)
+
+
+def _median_rank(n: int, z: float) -> int:
+    if n > 1000:
+        return math.floor(n / 2 - z * math.sqrt(n) / 2)
+    below, total, j = 0, 2**n, 0  # below = sum of C(n, i) for i < j, in exact integers
+    while 40 * (below + math.comb(n, j)) <= total:
+        below += math.comb(n, j)
+        j += 1
+    return j
+
+
+def _handoff_turns(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+    """Median agent turn of the hand-off per label rule and over all rules (`any`), over the
+    episodes that transferred."""
+    by_rule: dict[str, list[int]] = defaultdict(list)
+    for s in scores:
+        if s.handoff_turn is not None:
+            by_rule[s.label.rule].append(s.handoff_turn)
+            by_rule[ANY].append(s.handoff_turn)
+    return {rule: median_interval(turns) for rule, turns in sorted(by_rule.items())}
 
 
 def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks: Sequence[int] | None) -> dict[int, Interval]:

@@ -20,6 +20,7 @@ from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
 from handoff.rules.label import Label
+from handoff.rules.outcome import Outcome, handoff_turn, outcome_of
 from handoff.rules.trajectory import Trajectory, transferred
 from handoff.rules.violations import RuleId, Violation, violations
 
@@ -99,12 +100,17 @@ class EpisodeScore(BaseModel):
     termination_reason: str
     n_assistant_turns: int
     n_messages: int
+    handoff_turn: int | None = Field(None, description="agent turn of the first transfer call (handoff.rules.outcome)")
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
     @property
     def correct_handoff(self) -> bool:
         return self.transferred == self.label.should_transfer
+
+    @property
+    def outcome(self) -> Outcome:
+        return outcome_of(self.transferred, self.label.should_transfer)
 
 
 def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: RewardWeights) -> EpisodeScore:
@@ -126,6 +132,7 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         termination_reason=traj.termination_reason,
         n_assistant_turns=assistant_turn_count(traj, found_errors),
         n_messages=len(traj.messages),
+        handoff_turn=handoff_turn(traj),
         prompt_tokens=traj.prompt_tokens,
         completion_tokens=traj.completion_tokens,
     )

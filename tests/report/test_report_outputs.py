@@ -12,7 +12,8 @@ from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 from handoff.cli import main
 from handoff.records import read_shard, write_shard
 from handoff.report import finish_run, reduce_run
-from handoff.report.render import fmt
+from handoff.report.episodes import TRANSFERRED
+from handoff.report.render import fmt, linked
 from handoff.rundir import RunPaths
 from handoff.testing.synthetic import Behavior, episode, sample_tasks, write_run
 
@@ -50,7 +51,9 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
     reduction = reduce_run(run)
     for g in reduction.slices():
         m = g.metrics
-        row = f"| {g.model} | {g.step} | {g.domain} | {m.n_episodes} | {fmt(m.handoff.accuracy)} | {fmt(m.handoff.precision)}"
+        where = {"checkpoint": g.model, "domain": g.domain}
+        row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | "
+               f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}")
         assert row in md
     html = RunPaths(run).report_html.read_text()
     assert "<table>" in html and "<h1>Hand-off report: synthetic</h1>" in html
