@@ -15,8 +15,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from handoff.errors import HandoffError
@@ -140,7 +142,9 @@ def verl_env() -> Path:
 
 def merge_verl_actor(path: str | Path, shared_dir: str | None = None, timeout_s: float = 3600) -> Path:
     """The merged HF checkpoint of a verl actor directory, merged by verl's model merger if not yet
-    done. The merge writes a temporary directory renamed into place: a directory that exists is complete."""
+    done. The merge writes a temporary directory of its own (named by host, process and a random
+    part: nodes on shared storage may share a pid) renamed into place: a directory that exists is
+    complete. A merger that fails or runs past `timeout_s` leaves nothing behind (CheckpointError)."""
     path = Path(path)
     bad = _verl_problems(path, None)
     if bad:
@@ -149,16 +153,26 @@ def merge_verl_actor(path: str | Path, shared_dir: str | None = None, timeout_s:
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp = target.with_name(f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        _run_merger(path, tmp, timeout_s)
+        tmp.rename(target)
+    except OSError:  # another merge of the same shards finished first
+        if not target.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _run_merger(path: Path, tmp: Path, timeout_s: float) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(verl_env()), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
            "--local_dir", str(path), "--target_dir", str(tmp)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"{path}: verl's model merger failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     try:
-        tmp.rename(target)
-    except OSError:  # another merge of the same shards finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise CheckpointError(f"{path}: verl's model merger ran past {timeout_s:g}s (engine.load_timeout_s) and "
+                              "was stopped; nothing was kept") from None
+    if done.returncode != 0:
+        raise CheckpointError(f"{path}: verl's model merger failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

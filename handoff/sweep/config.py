@@ -297,6 +297,15 @@ def checkpoints(cfg: SweepConfig) -> list[Checkpoint]:
     return sorted(out, key=lambda c: (c.step, c.name))
 
 
+def user_checkpoint(cfg: SweepConfig) -> Checkpoint | None:
+    """The user simulator's checkpoint when it runs on the sweep's engines (user.kind=engine)."""
+    if cfg.user.kind != "engine":
+        return None
+    m = cfg.user.model
+    return Checkpoint(name=m.name, path=m.path, step=m.step, tokenizer=m.tokenizer, chat_template=m.chat_template,
+                      tool_parser=m.tool_parser, max_model_len=m.max_model_len, sampling=m.sampling)
+
+
 def result_config(data: dict, prefix: str = "") -> dict:
     """The part of the resolved config that decides the results (EXECUTION_KEYS left out)."""
     return {k: result_config(v, f"{prefix}{k}.") if isinstance(v, dict) else v

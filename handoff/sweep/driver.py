@@ -30,8 +30,15 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from handoff.records import EpisodeRecord
-from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig
-from handoff.sweep.engines import EngineHost, EngineUnavailableError, actor_env, actor_state, replica_options
+from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
+from handoff.sweep.engines import (
+    EngineHost,
+    EngineUnavailableError,
+    actor_env,
+    actor_state,
+    one_engine,
+    replica_options,
+)
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
@@ -135,6 +142,7 @@ class Driver:
     def __init__(self, cfg: SweepConfig, run: SweepRun, ckpts: list[Checkpoint], shards: list[Shard],
                  progress: bool = True, worker_cls: type = EpisodeWorker):
         self.cfg, self.run, self.ckpts = cfg, run, ckpts
+        self.user_ck = user_checkpoint(cfg)  # the user simulator's engine checkpoint, if any
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
@@ -154,16 +162,12 @@ class Driver:
 
     # -- engines --------------------------------------------------------------------------------
     def _user_checkpoint(self) -> Checkpoint | None:
-        u = self.cfg.user
-        if u.kind != "engine":
-            return None
-        m = u.model
-        return Checkpoint(name=m.name, path=m.path, step=m.step, tokenizer=m.tokenizer,
-                          chat_template=m.chat_template, tool_parser=m.tool_parser,
-                          max_model_len=m.max_model_len, sampling=m.sampling)
+        return self.user_ck
 
     def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
-        return user is not None and self.cfg.engine.kind != "scripted" and ck.path == user.path
+        """Whether `ck` is served by the user simulator's engines: the same engine settings (path,
+        tokenizer, max_model_len), since an engine serves only what it was built for."""
+        return user is not None and self.cfg.engine.kind != "scripted" and one_engine(ck, user, self.cfg.engine)
 
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a

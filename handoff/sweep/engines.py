@@ -139,6 +139,15 @@ def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
                           **engine.model_dump(include=set(VLLMOptions.model_fields)))
 
 
+def one_engine(a: Checkpoint, b: Checkpoint, engine: EngineConfig) -> bool:
+    """Whether one engine serves both checkpoints: a vLLM engine is what its settings make it (the
+    agent and a user simulator with the same path, tokenizer and max_model_len share one); a
+    scripted replay answers in its checkpoint's name."""
+    if engine.kind == "scripted":
+        return a == b
+    return engine_settings(a, engine) == engine_settings(b, engine)
+
+
 def executor_backend(engine: EngineConfig) -> str | None:
     """vLLM's executor for a replica: "ray" (workers in the replica's placement group) for
     tensor parallelism on GPUs, else vLLM's default (one process)."""
@@ -187,12 +196,8 @@ class EngineHost:
         self._loading = asyncio.Lock()
 
     def _serves(self, ck: Checkpoint) -> bool:
-        """Whether the engine built for the held checkpoint serves `ck`: a vLLM engine is what its
-        settings make it (the agent and a user simulator of the same path share one); a scripted
-        replay answers in its checkpoint's name."""
-        if self.config.kind == "scripted":
-            return ck == self.checkpoint
-        return engine_settings(ck, self.config) == engine_settings(self.checkpoint, self.config)
+        """Whether the engine built for the held checkpoint serves `ck` (one_engine)."""
+        return one_engine(ck, self.checkpoint, self.config)
 
     async def _ensure(self, expected: Checkpoint | None = None):
         async with self._loading:

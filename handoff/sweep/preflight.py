@@ -14,17 +14,11 @@ The scripted engine (a test double) is exempt: it loads no weights and no vLLM.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from handoff.engine.checkpoint import CheckpointError, is_verl_actor, merge_verl_actor, problems
 from handoff.errors import ConfigError
 from handoff.sweep.config import Checkpoint, SweepConfig
-
-
-def _checked(sweep: SweepConfig, ckpts: list[Checkpoint]) -> list[tuple[str, str | None]]:
-    """(path, tokenizer) of every checkpoint an engine will load: the agent's and the user's."""
-    out = [(ck.path, ck.tokenizer) for ck in ckpts]
-    if sweep.user.kind == "engine":
-        out.append((sweep.user.model.path, sweep.user.model.tokenizer))
-    return out
 
 
 def before_ray(sweep: SweepConfig, local: bool) -> None:
@@ -60,29 +54,41 @@ def node_check(checks: list[tuple[str, str | None]], device: str | None, merged_
     return merged
 
 
-def on_cluster(sweep: SweepConfig, ckpts: list[Checkpoint], local: bool) -> list[Checkpoint]:
-    """`ckpts` as the engines will load them (verl actors replaced by their merged checkpoints),
-    after the node check; raise ConfigError naming what the node found (before any engine starts)."""
+def on_cluster(sweep: SweepConfig, ckpts: list[Checkpoint], local: bool) -> dict[str, str]:
+    """{verl actor path: its merged checkpoint} for `ckpts` (every checkpoint an engine will load: the
+    agent's and the user simulator's), after the node check; raise ConfigError naming what the node
+    found, or that it did not finish in time (before any engine starts)."""
     import ray
 
     e = sweep.engine
-    if e.kind == "scripted":
-        return ckpts
     checks = [(ck.path, ck.tokenizer) for ck in ckpts]
-    if local and not any(is_verl_actor(path) for path, _ in checks):
-        return ckpts  # the driver's own checks covered it all
-    if not local:
-        checks = _checked(sweep, ckpts)
-    merges = sum(1 for path, _ in checks if is_verl_actor(path))
+    if e.kind == "scripted" or (local and not any(is_verl_actor(path) for path, _ in checks)):
+        return {}  # the driver's own checks covered it all
     task = ray.remote(node_check).options(num_cpus=0, scheduling_strategy=_node_for(e.device), max_retries=0)
     ref = task.remote(checks, None if local else e.device, sweep.cluster.merged_dir, e.load_timeout_s)
+    wait_s = check_wait_s(checks, e.load_timeout_s)
     try:
-        merged = ray.get(ref, timeout=e.load_timeout_s * (1 + merges))
+        return ray.get(ref, timeout=wait_s)
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, CheckpointError):
             raise ConfigError(f"checkpoints and engine build (checked on the cluster):\n  {exc.cause}") from None
         raise
-    return [ck.model_copy(update={"path": merged[ck.path]}) if ck.path in merged else ck for ck in ckpts]
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)
+        raise ConfigError(f"checkpoints: the check and merge on the cluster did not finish within {wait_s:g}s "
+                          "(engine.load_timeout_s for the check and for each verl actor to merge)") from None
+
+
+def check_wait_s(checks: list[tuple[str, str | None]], load_timeout_s: float) -> float:
+    """How long the driver waits for the node check: engine.load_timeout_s for the check and for each
+    merge, counting as a merge every path the driver cannot see (the node may see a verl actor there)."""
+    merges = sum(1 for path, _ in checks if is_verl_actor(path) or not Path(path).is_dir())
+    return load_timeout_s * (1 + merges)
+
+
+def served(ck: Checkpoint, merged: dict[str, str]) -> Checkpoint:
+    """`ck` as the engines load it: a verl actor replaced by its merged checkpoint."""
+    return ck.model_copy(update={"path": merged[ck.path]}) if ck.path in merged else ck
 
 
 def _node_for(device: str):

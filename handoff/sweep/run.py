@@ -221,8 +221,7 @@ def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> t
             check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
         preflight.before_ray(prepared.sweep, local)
         with ray_cluster(cluster):
-            served = preflight.on_cluster(prepared.sweep, _pending_checkpoints(driver), local)
-            driver.ckpts = [next((s for s in served if s.name == c.name), c) for c in driver.ckpts]
+            serve_merged(driver, prepared.sweep, local)
             return prepared, driver.execute()
     finally:
         prepared.run.unlock()
@@ -232,6 +231,15 @@ def _ray_initialized() -> bool:
     import ray
 
     return ray.is_initialized()
+
+
+def serve_merged(driver: Driver, sweep: SweepConfig, local: bool) -> None:
+    """The node check (preflight.on_cluster) of every checkpoint the driver's engines will load, the
+    user simulator's included; verl actors are replaced by their merged checkpoints."""
+    user = driver.user_ck
+    merged = preflight.on_cluster(sweep, _pending_checkpoints(driver) + ([user] if user else []), local)
+    driver.ckpts = [preflight.served(c, merged) for c in driver.ckpts]
+    driver.user_ck = user and preflight.served(user, merged)
 
 
 def _pending_checkpoints(driver: Driver) -> list[Checkpoint]:

@@ -48,7 +48,7 @@ def test_verl_actor_is_merged_once_by_verls_merger_and_serves_like_the_source(ru
     sweep = sweep_of(run_root)
     [ck] = checkpoints(sweep)
     assert (ck.name, ck.step, ck.path) == ("rl-step7", 7, str(run_root / "global_step_7" / "actor"))
-    [served] = preflight.on_cluster(sweep, [ck], local=True)
+    served = preflight.served(ck, preflight.on_cluster(sweep, [ck], local=True))
     merged = Path(served.path)
     assert merged.parent == Path(ck.path) and merged.name.startswith("merged_hf-")
     config = json.loads((merged / "config.json").read_text())
@@ -57,7 +57,7 @@ def test_verl_actor_is_merged_once_by_verls_merger_and_serves_like_the_source(ru
 
     # Merged once: a second sweep reuses the cached directory.
     before = (merged / "model.safetensors").stat().st_mtime_ns
-    [again] = preflight.on_cluster(sweep, [ck], local=True)
+    again = preflight.served(ck, preflight.on_cluster(sweep, [ck], local=True))
     assert again.path == served.path and (merged / "model.safetensors").stat().st_mtime_ns == before
 
     source = AutoModelForCausalLM.from_pretrained(models.model_dir(models.TINY), dtype=torch.float32).to(torch.bfloat16)

@@ -276,3 +276,26 @@ def test_tensor_parallel_replicas_use_rays_executor(tmp_path):
     assert backend("engine=gpu", "engine.tensor_parallel_size=2") == "ray"
     assert backend("engine=gpu") is None
     assert backend() is None
+
+
+def test_agent_shares_the_user_simulators_engine_only_with_the_same_engine_settings(tmp_path):
+    """One engine serves only the settings it was built with: the agent shares the user simulator's
+    engine when the path, tokenizer and max_model_len match, and gets an engine set of its own otherwise."""
+    import shutil
+
+    from handoff.engine import models
+    from handoff.sweep.driver import Driver
+
+    tiny = models.model_dir(models.TINY)
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(tiny, tokenizer)
+
+    def engine_sets(*overrides: str) -> int:
+        cfg = validate(compose([f"run_dir={tmp_path}/run", "model=[tiny_hermes]", "user=hosted",
+                                f"user.model.path={tiny}", "user.model.max_model_len=4096", *overrides]))
+        return Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False).engine_sets()
+
+    assert engine_sets() == 1
+    assert engine_sets("user.model.max_model_len=2048") == 2
+    assert engine_sets(f"user.model.tokenizer={tokenizer}") == 2
+    assert engine_sets("user.model.chat_template=hermes", "user.model.sampling.max_tokens=64") == 1  # not the engine's
