@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from handoff.report.flips import Flip, find_flips, summary
 from handoff.report.reducer import reduce_run
 from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
 from handoff.rules import EpisodeScore
@@ -34,6 +35,7 @@ class Comparison(BaseModel):
     side_b: Side
     result: PairedComparison
     significant: dict[str, bool]
+    flips: list[Flip] = []
 
 
 def significant(d: Difference) -> bool:
@@ -74,14 +76,15 @@ def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore
     if result.n_tasks == 0:
         raise RunDirError(f"{a[0].label} and {b[0].label} have no task in common")
     return Comparison(a=a[0].label, b=b[0].label, side_a=a[0], side_b=b[0], result=result,
-                      significant={name: significant(d) for name, d in result.metrics.items()})
+                      significant={name: significant(d) for name, d in result.metrics.items()},
+                      flips=find_flips(a[1], b[1]))
 
 
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.4f}" if x < 0 or x > 0 else "0"
 
 
-def format_table(cmp: Comparison) -> str:
+def format_table(cmp: Comparison, html: Path | None = None) -> str:
     r = cmp.result
     lines = [f"A = {cmp.a}   B = {cmp.b}",
              f"{r.n_tasks} shared tasks ({r.n_episodes_a} episodes in A, {r.n_episodes_b} in B)",
@@ -96,4 +99,10 @@ def format_table(cmp: Comparison) -> str:
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
         runs = ", ".join(side.wandb_runs) or "(no W&B run)"
         lines.append(f"W&B {tag}: {runs} at {STEP_METRIC} = {side.step} ({side.checkpoint})")
-    return "\n".join(lines)
+    if html is not None:
+        where = f"Transcripts side by side: {html}"
+    else:
+        where = ("Transcripts side by side: add --html PAGE; one by one: "
+                 + " and ".join(str(s.run_dir / "report" / "episodes" / "index.html") for s in (cmp.side_a, cmp.side_b))
+                 + " (written by handoff report)")
+    return "\n".join(lines + [""] + summary(cmp.flips, where))

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from html import escape
 
-from handoff.records import EpisodeRecord
+from handoff.records import EpisodeRecord, read_shard
 from handoff.rules import Trajectory
 from handoff.rules.basis import RULE_BASIS
 from handoff.rules.events import TERMINATION_DETAIL_INFO_KEY, TERMINATION_INFO_KEY
 from handoff.rules.outcome import transfer_message
+from handoff.rundir import RunDir
 from handoff.scoring import ScoredEpisode, trajectory_of
 
 FOLD_CHARS = 600
@@ -156,3 +157,14 @@ def page(title: str, body: str, head: str = "") -> str:
     """A standalone HTML page with the transcript CSS."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>body{{margin:1em 2em}}{CSS}</style>{head}</head><body>{body}</body></html>\n")
+
+
+def transcripts_of(run: RunDir, wanted: dict[str, list[ScoredEpisode]]) -> dict[tuple, str]:
+    """The fragments of the wanted episodes (by shard), by episode key; only their shards are read."""
+    out = {}
+    for shard, eps in wanted.items():
+        by_key = {ep.key: ep for ep in eps}
+        if by_key:
+            out.update((r.key, transcript_html(r, by_key[r.key])) for r in read_shard(run.shard_path(shard))
+                       if r.key in by_key)
+    return out

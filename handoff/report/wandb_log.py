@@ -31,14 +31,20 @@ from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
 from handoff.report.reducer import Reduction
+from handoff.report.transcripts import page, transcripts_of
 from handoff.rules.metrics import Interval, Metrics
 from handoff.rundir import RunDir
+from handoff.scoring import ScoredEpisode
 
 STEP_METRIC = "checkpoint/step"
 TRAINING_STEP_METRIC = "eval/step"
 BEST = "best"
 TABLE_COLUMNS = ["checkpoint", "step", "domain", "task_id", "trial", "rule", "should_transfer", "transferred",
-                 "reward", "tau2_reward", "violations", "format_errors", "termination", "turns"]
+                 "outcome", "handoff_turn", "reward", "tau2_reward", "violations", "format_errors", "termination",
+                 "turns", "transcript"]
+TRANSCRIPTS = 200
+"""Default of `logger.transcripts`: a checkpoint's episode table holds the transcript of every
+episode when it has at most this many, else of its first this many whose hand-off is not correct."""
 MODES = {"online": "online", "offline": "offline", "disabled": "disabled", "run": "online", "dryrun": "offline"}
 
 
@@ -166,17 +172,37 @@ def _value(x) -> str:
     return str(getattr(x, "value", x))
 
 
-def episode_rows(reduction: Reduction, checkpoint: str, domain: str) -> list[list]:
-    """The episode table (TABLE_COLUMNS) of one checkpoint and domain."""
-    out = []
+def with_transcript(episodes: list[ScoredEpisode], limit: int) -> set[tuple]:
+    """The keys of the episodes whose transcript is uploaded (TRANSCRIPTS): all of them when there
+    are at most `limit`, else the first `limit` whose hand-off is not correct."""
+    if len(episodes) > limit:
+        episodes = [ep for ep in episodes if not ep.score.outcome.correct][:limit]
+    return {ep.key for ep in episodes}
+
+
+def episode_rows(reduction: Reduction, checkpoint: str, domain: str, transcripts: dict[tuple, str] | None = None,
+                 html=str) -> list[list]:
+    """The episode table (TABLE_COLUMNS) of one checkpoint and domain; `html` makes the transcript
+    cell (wandb.Html) of the episodes in `transcripts`, the others have none."""
+    out, transcripts = [], transcripts or {}
     for ep in reduction.episodes:
         s = ep.score
         if (ep.model, s.domain) == (checkpoint, domain):
+            transcript = transcripts.get(ep.key)
             out.append([ep.model, ep.step, s.domain, s.task_id, ep.trial, s.label.rule, s.label.should_transfer,
-                        s.transferred, s.reward, s.tau2_reward, ",".join(_value(v.rule) for v in s.violations),
+                        s.transferred, s.outcome.value, s.handoff_turn, s.reward, s.tau2_reward,
+                        ",".join(_value(v.rule) for v in s.violations),
                         ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
-                        s.n_assistant_turns])
+                        s.n_assistant_turns, None if transcript is None else html(transcript)])
     return out
+
+
+def _transcripts(run: RunDir, reduction: Reduction, checkpoint: str, domain: str, limit: int) -> dict[tuple, str]:
+    """The transcript pages (TRANSCRIPTS) of one checkpoint and domain, by episode key."""
+    slice_ = [ep for ep in reduction.episodes if (ep.model, ep.score.domain) == (checkpoint, domain)]
+    keys = with_transcript(slice_, limit)
+    wanted = {shard: [ep for ep in eps if ep.key in keys] for shard, eps in reduction.by_shard.items()}
+    return {key: page(f"{key[2]} trial {key[3]}", fragment) for key, fragment in transcripts_of(run, wanted).items()}
 
 
 class _State:
@@ -214,8 +240,11 @@ def _log_eval_run(reduction: Reduction, run: RunDir, domain: str, rows: list[Row
     try:
         wb.define_metric(STEP_METRIC)
         wb.define_metric("*", step_metric=STEP_METRIC)
+        limit = TRANSCRIPTS if logger_cfg.get("transcripts") is None else logger_cfg["transcripts"]
         for index, row in enumerate(rows[start:], start):
-            table = wandb.Table(columns=TABLE_COLUMNS, data=episode_rows(reduction, row.checkpoint, domain))
+            transcripts = _transcripts(run, reduction, row.checkpoint, domain, limit)
+            data = episode_rows(reduction, row.checkpoint, domain, transcripts, lambda h: wandb.Html(h, inject=False))
+            table = wandb.Table(columns=TABLE_COLUMNS, data=data)
             wb.log({**row.values, "episodes": table}, step=index)
         wb.summary.update(best_of(rows))
     finally:

@@ -132,6 +132,8 @@ class LoggerConfig(Strict):
     tags: list[str] = Field(default_factory=list)
     training_run: str | None = Field(None, pattern=r"^[^/]+/[^/]+/[^/]+$")
     init_timeout_s: float = Field(60, gt=0)
+    transcripts: int | None = Field(None, ge=0, description="transcripts per episode table: all up to this many "
+                                    "episodes, else this many whose hand-off is not correct; null: 200 (docs/reports.md)")
 
 
 class TasksConfig(Strict):

@@ -43,7 +43,7 @@ def test_real_episodes_reduce_log_report_and_export(run_dir, monkeypatch):
     assert confusion == {"tp": 0, "fp": 1, "tn": 2, "fn": 0}  # tasks 0-2 should not be handed off
     assert group["metrics"]["format_errors_per_100_turns"]["any"]["k"] >= 1
     assert "wandb_errors" not in paths and list(paths["wandb"].glob("offline-run-*"))
-    assert "| scripted | 5 | airline | 3 |" in paths["report_md"].read_text()
+    assert "| scripted | 5 | airline | [3](episodes/index.html#checkpoint=scripted&domain=airline) |" in paths["report_md"].read_text()
     (exported,) = export_results(run_dir)
     results = Results.load(exported)
     assert len(results.simulations) == 3
