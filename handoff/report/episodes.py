@@ -151,7 +151,7 @@ INDEX_PAGE = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>__TITLE__</title>
 <style>
 body{font-family:system-ui,sans-serif;font-size:14px;margin:1em 2em}
-#filters label{margin-right:10px;white-space:nowrap}#filters{margin:8px 0;line-height:2}
+#filters label{margin-right:10px;white-space:nowrap}#filters input{width:5em}#filters{margin:8px 0;line-height:2}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
 th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 .correct_handoff,.correct_no_transfer{color:#1d7a36}.missed_handoff,.unneeded_handoff{color:#b22a1d;font-weight:600}

@@ -80,7 +80,8 @@ def _findings(ep: ScoredEpisode, traj: Trajectory, format_details: dict) -> dict
             f"<div class='finding transfer' data-kind='transfer'>&#8644; hand-off: transfer_to_human_agents at agent "
             f"turn {ep.score.handoff_turn}</div>")
     for v in ep.score.violations:
-        basis = "; ".join(f"{c.source}: &ldquo;{escape(c.quote)}&rdquo;" for c in RULE_BASIS.get(v.rule, ()))
+        basis = "; ".join(f"{c.source}: &ldquo;{escape(c.quote)}&rdquo;" for c in RULE_BASIS.get(v.rule, ())
+                          if c.source.startswith(f"{ep.score.domain}/"))
         at.setdefault(v.turn, []).append(
             f"<div class='finding violation' data-kind='violation' data-rule='{v.rule.value}'>&#9888; policy "
             f"violation <code>{v.rule.value}</code> <span class='basis'>{basis}</span></div>")
@@ -156,7 +157,7 @@ def transcript_html(record: EpisodeRecord, ep: ScoredEpisode, traj: Trajectory |
 def page(title: str, body: str, head: str = "") -> str:
     """A standalone HTML page with the transcript CSS."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>body{{margin:1em 2em}}{CSS}</style>{head}</head><body>{body}</body></html>\n")
+            f"<style>body{{margin:1em 2em;font-family:system-ui,sans-serif}}{CSS}</style>{head}</head><body>{body}</body></html>\n")
 
 
 def transcripts_of(run: RunDir, wanted: dict[str, list[ScoredEpisode]]) -> dict[tuple, str]:
