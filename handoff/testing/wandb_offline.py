@@ -39,9 +39,10 @@ def _key(item) -> str:
 
 
 def read_offline_run(run_dir: Path) -> dict:
-    """What one offline W&B run directory holds: run record, summary, history, metrics, tables."""
+    """What one offline W&B run directory holds: run record, summary, history, metrics, tables, and
+    the artifacts W&B staged (a logged table's full version, media included: name -> its files)."""
     (path,) = run_dir.glob("run-*.wandb")
-    out = {"run": None, "summary": {}, "history": [], "metrics": [], "dir": run_dir}
+    out = {"run": None, "summary": {}, "history": [], "metrics": [], "dir": run_dir, "artifacts": {}}
     for record in wandb_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -52,6 +53,9 @@ def read_offline_run(run_dir: Path) -> dict:
             out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
         elif kind == "metric":
             out["metrics"].append(record.metric)
+        elif kind == "artifact":
+            files = {c.path: Path(c.local_path) for c in record.artifact.manifest.contents}
+            out["artifacts"].setdefault(record.artifact.name, []).append(files)
     return out
 
 

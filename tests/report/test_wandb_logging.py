@@ -83,6 +83,24 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
             table = json.loads(path.read_text())
             assert table["columns"] == TABLE_COLUMNS and len(table["data"]) == len(tasks[domain])
             assert len({(row[0], row[1], row[2]) for row in table["data"]}) == 1  # checkpoint, step, domain
+        _every_transcript_in_the_tables(logged)
+
+
+def _every_transcript_in_the_tables(logged):
+    """Under the bound (TRANSCRIPTS), every row's transcript cell is W&B's HTML file of that episode,
+    in the table W&B keeps with its media (the run's `episodes` table artifact)."""
+    column = dict(zip(TABLE_COLUMNS, range(len(TABLE_COLUMNS))))
+    (versions,) = [v for name, v in logged["artifacts"].items() if name.endswith("-episodes")]
+    assert len(versions) == 3  # one per checkpoint row
+    for files in versions:
+        table = json.loads(files["episodes.table.json"].read_text())
+        assert table["columns"] == TABLE_COLUMNS and table["data"]
+        for row in table["data"]:
+            cell = row[column["transcript"]]
+            assert cell["_type"] == "html-file"
+            html = files[cell["path"]].read_text()
+            assert f"task {row[column['task_id']]} &middot; trial {row[column['trial']]}" in html
+            assert f">{row[column['outcome']].replace('_', ' ')}</span>" in html
 
 
 def test_failed_middle_checkpoint_then_resume_gives_the_history_of_a_clean_sweep(tmp_path, tasks):
