@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -61,13 +62,26 @@ def _body(records: Iterable[EpisodeRecord]) -> bytes:
     return b"".join(r.model_dump_json().encode() + b"\n" for r in records)
 
 
+_umask_lock = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask (os.umask can only read it by setting it: set it back at once)."""
+    with _umask_lock:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write `data` so that `path` holds either its old or its complete new content, never a part:
-    a temporary file beside it, fsync, rename."""
+    a temporary file beside it, fsync, rename. The file gets the mode open() would give it (0666
+    less the umask), not mkstemp's 0600: results on a shared file system stay readable by the team."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()

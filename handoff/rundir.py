@@ -4,7 +4,8 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
     runs/<name>/
       manifest.json               Manifest (versioned; run_uuid made once, kept across resumes)
       config.yaml                 the resolved Hydra config
-      .lock                       held (flock) by the sweep driver while it runs
+      .lock                       held (flock) by the sweep driver while it runs, reduces and reports
+      .reduce.lock                held (flock) by whoever reduces, logs to W&B or reports (one at a time)
       shards/<id>.jsonl           finished shards (handoff.records format)
       partial/<id>.jsonl          episodes of unfinished shards, one record a line
       failed/<id>.json            shards that kept failing: error and attempts
@@ -18,6 +19,8 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import re
@@ -31,13 +34,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from handoff.errors import HandoffError
 from handoff.records import write_atomic
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 """1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
-Manifest with its version."""
+Manifest with its version; 3: checkpoint_content (a resume refuses a checkpoint re-saved since)."""
+
+
+SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""What a shard id (a file name in shards/, partial/, failed/, reduced/scores/) may be: never a path."""
 
 
 class RunDirError(HandoffError, ValueError):
     """A path that is not a usable run directory, or a run that cannot be reported."""
+
+
+def checked_id(shard_id: str) -> str:
+    """`shard_id` if it is a plain file name (SHARD_ID); a RunDirError otherwise. Ids are read from
+    manifest.json: a tampered one must never make a path outside the run directory."""
+    if not isinstance(shard_id, str) or not SHARD_ID.fullmatch(shard_id):
+        raise RunDirError(f"shard id {shard_id!r} is not a plain file name ({SHARD_ID.pattern})")
+    return shard_id
 
 
 class Manifest(BaseModel):
@@ -58,6 +73,8 @@ class Manifest(BaseModel):
     hashes: dict[str, str] = Field(default_factory=dict, description="label, split and task-set file hashes")
     tasks_hash: str = ""
     checkpoints: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.config.Checkpoint")
+    checkpoint_content: dict[str, str] = Field(
+        default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
     n_episodes: int = 0
 
@@ -66,6 +83,8 @@ class Manifest(BaseModel):
         if not 1 <= self.version <= MANIFEST_VERSION:
             raise ValueError(f"manifest version {self.version} is unknown to this handoff "
                              f"(it reads versions 1 to {MANIFEST_VERSION})")
+        for shard in self.shards:
+            checked_id(shard.get("id"))
         return self
 
     @classmethod
@@ -98,6 +117,7 @@ class RunPaths:
     manifest_path = property(lambda self: self.root / "manifest.json")
     config_yaml = property(lambda self: self.root / "config.yaml")
     lock_path = property(lambda self: self.root / ".lock")
+    reduce_lock_path = property(lambda self: self.root / ".reduce.lock")
     shards_dir = property(lambda self: self.root / "shards")
     partial_dir = property(lambda self: self.root / "partial")
     failed_dir = property(lambda self: self.root / "failed")
@@ -114,27 +134,37 @@ class RunPaths:
     plots_dir = property(lambda self: self.report / "plots")
 
     def shard_path(self, shard_id: str) -> Path:
-        return self.shards_dir / f"{shard_id}.jsonl"
+        return self.shards_dir / f"{checked_id(shard_id)}.jsonl"
 
     def partial_path(self, shard_id: str) -> Path:
-        return self.partial_dir / f"{shard_id}.jsonl"
+        return self.partial_dir / f"{checked_id(shard_id)}.jsonl"
 
     def failed_path(self, shard_id: str) -> Path:
-        return self.failed_dir / f"{shard_id}.json"
+        return self.failed_dir / f"{checked_id(shard_id)}.json"
 
     def scores_path(self, shard_id: str) -> Path:
-        return self.scores_dir / f"{shard_id}.jsonl"
+        return self.scores_dir / f"{checked_id(shard_id)}.jsonl"
 
     def export_path(self, model: str, domain: str, out_dir: str | Path | None = None) -> Path:
         out = Path(out_dir) if out_dir is not None else self.export_dir
         return out / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', model)}__{domain}.json"
+
+    @contextlib.contextmanager
+    def reducing(self):
+        """Hold the run's reducer lock (waiting for it): two reducers at once would both rewrite
+        reduced/ and log the same W&B rows twice. Not reentrant: take it once per process."""
+        with open(self.reduce_lock_path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def shards(self) -> list[Path]:
         """Finished shard files, by name."""
         return sorted(self.shards_dir.glob("*.jsonl"))
 
     def failed_ids(self) -> list[str]:
-        return sorted(p.stem for p in self.failed_dir.glob("*.json"))
+        """Shards recorded as failed that have no finished shard file (a record left beside a
+        finished shard by a crash, or by an older handoff, is out of date)."""
+        return sorted(p.stem for p in self.failed_dir.glob("*.json") if not self.shard_path(p.stem).is_file())
 
     def exists(self) -> bool:
         return self.manifest_path.is_file()

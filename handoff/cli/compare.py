@@ -19,6 +19,8 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON (with its flips)")
     parser.add_argument("--html", metavar="PAGE", help="write A's and B's transcripts of every flipped task "
                                                       "side by side to this HTML file")
+    parser.add_argument("--mixed-scoring", action="store_true",
+                        help="compare sides scored with different reward weights (refused otherwise)")
     parser.set_defaults(func=run)
 
 
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if run_b == args.run_a and (args.checkpoint_a is None or args.checkpoint_a == args.checkpoint_b):
         raise UsageError("comparing a run with itself: name two different checkpoints with --a and --b")
     cmp = compare(side_scores(args.run_a, args.checkpoint_a, args.domain),
-                  side_scores(run_b, args.checkpoint_b, args.domain))
+                  side_scores(run_b, args.checkpoint_b, args.domain), mixed_scoring=args.mixed_scoring)
     page = write_flips_page(args.html, cmp.side_a, cmp.side_b, cmp.flips) if args.html else None
     print(cmp.model_dump_json(indent=1) if args.json else format_table(cmp, page))
     return 0

@@ -4,8 +4,10 @@ Prints one JSON object per simulation (task_id, transferred, label, violations, 
 tau2_reward, reward, ..., format_events_recorded). PATH may be a tau2 results file (its domain is
 read from the file) or a single SimulationRun (then --domain is required). Scores come from
 handoff.scoring, the reducer's own path: a file written by handoff (`handoff export`) carries the
-agent's format events and scores exactly as the reducer scored it; a file from elsewhere is scored
-from its messages only (format_events_recorded: false, and a note on stderr).
+agent's format events and the reward weights and labels version the run was scored with, and scores
+exactly as the reducer scored it (other weights given with --reward, or labels changed since the
+export, are said on stderr); a file from elsewhere is scored from its messages only
+(format_events_recorded: false, and a note on stderr) with the default weights.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ def register(subparsers) -> None:
                                    description=__doc__)
     parser.add_argument("path", help="tau2 results JSON or SimulationRun JSON")
     parser.add_argument("--domain", help="tau2 domain (required for a single SimulationRun)")
-    parser.add_argument("--reward", default="default", help="reward weights: conf/reward/<name>.yaml or a YAML path")
+    parser.add_argument("--reward", help="reward weights: conf/reward/<name>.yaml or a YAML path (default: the "
+                                         "weights the file was exported with, else conf/reward/default.yaml)")
     parser.set_defaults(func=run)
 
 
@@ -29,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from handoff.scoring import Scorer
 
     # unreadable or invalid input, an unknown domain: HandoffErrors with a clear message
-    scorer = Scorer(args.reward)
+    given = Scorer(args.reward) if args.reward is not None else None
     trajectories = load_trajectories(args.path, args.domain)
+    scorer = _scorer(given, carried_scoring(args.path))
     for domain in {t.domain for t in trajectories}:
         DomainTools.for_domain(domain)
     rows = [{**_score(scorer, traj).model_dump(mode="json"), "format_events_recorded": traj.format_events_recorded}
@@ -42,6 +46,46 @@ def run(args: argparse.Namespace) -> int:
         print(f"handoff score: {absent} of {len(trajectories)} simulation(s) carry no handoff format events "
               "(not written by handoff): their format errors come from the messages alone", file=sys.stderr)
     return 0
+
+
+def carried_scoring(path: str) -> dict:
+    """The Scorer.info a file exported by handoff carries (the same in every simulation); {} if none."""
+    from handoff.cli import UsageError
+    from handoff.rules.trajectory import _read_json
+    from handoff.scoring import SCORING_INFO_KEY
+
+    data = _read_json(path)
+    sims = data.get("simulations", []) if "simulations" in data else [data]
+    found = {json.dumps(((s.get("reward_info") or {}).get("info") or {}).get(SCORING_INFO_KEY) or {}, sort_keys=True)
+             for s in sims}
+    if len(found) > 1:
+        raise UsageError(f"{path}: its simulations were scored with different reward weights or labels")
+    return json.loads(found.pop()) if found else {}
+
+
+def _scorer(given, carried: dict):
+    """The scorer of --reward (`given`), else one with the weights the file was exported with, else
+    the defaults; what differs from the file's scoring (other weights, other labels) is said on stderr."""
+    from handoff.scoring import Scorer
+
+    scorer = given or Scorer(_weights(carried.get("reward_weights")) or "default")
+    differs = scorer.differs(carried)
+    if differs:
+        print(f"handoff score: the file was scored with other {' and '.join(differs)} than these scores "
+              "(rewards and labels may differ from the run's report)", file=sys.stderr)
+    return scorer
+
+
+def _weights(data: dict | None):
+    from pydantic import ValidationError
+
+    from handoff.cli import UsageError
+    from handoff.rules import RewardWeights
+
+    try:
+        return RewardWeights.model_validate(data) if data else None
+    except ValidationError as exc:
+        raise UsageError(f"the reward weights the file carries are invalid: {exc.errors()[0]['msg']}") from None
 
 
 def _score(scorer, traj):

@@ -109,13 +109,24 @@ def _verl_problems(path: Path, tokenizer: str | None) -> list[str]:
     return out + _tokenizer_problems(hf, tokenizer)
 
 
+def content_key(path: str | Path) -> str:
+    """A key of a checkpoint directory's content: every file's relative path, size and modification
+    time (the weights are never read), so a re-saved checkpoint gets another key. Hidden files and the
+    merged_hf-* directories handoff writes into a verl actor directory are left out."""
+    path, h = Path(path), hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if p.is_file() and not any(part.startswith((".", "merged_hf-")) for part in rel.parts):
+            st = p.stat()
+            h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def shard_key(path: Path) -> str:
-    """A key of the actor's shards (names, sizes, modification times) and its absolute path."""
-    h = hashlib.sha256(str(path.resolve()).encode())
-    for p in verl_shards(path) + [path / "fsdp_config.json"]:
-        st = p.stat()
-        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
+    """A key of the actor directory's absolute path and content (content_key: the shards,
+    fsdp_config.json and huggingface/ with the config, generation config, tokenizer and chat
+    template the merged checkpoint copies)."""
+    return hashlib.sha256(f"{path.resolve()}\0{content_key(path)}".encode()).hexdigest()[:16]
 
 
 def merged_dir(path: str | Path, shared_dir: str | None) -> Path:

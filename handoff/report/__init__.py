@@ -6,11 +6,14 @@ and rule id), W&B logging, the Markdown/HTML report, paired comparison and the t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 
-from handoff.records import write_atomic
-from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_run
+import handoff
+from handoff.records import read_shard_header, write_atomic
+from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_locked, reduce_run
 from handoff.report.render import write_report
 from handoff.report.wandb_log import WandbResult, log_reduction
 from handoff.rundir import RunDir, RunDirError
@@ -33,9 +36,26 @@ def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, 
     `cfg` is the resolved sweep config (dict or OmegaConf); default: the run's manifest. W&B settings
     come from its `logger`, else W&B's variables (docs/reports.md); W&B failures are printed and
     written to wandb/errors.txt, never raised. Returns the paths of metrics.json, the per-shard
-    scores, the W&B run directories (`wandb sync <path>/offline-run-*`) and the report files."""
+    scores, the W&B run directories (`wandb sync <path>/offline-run-*`) and the report files.
+    The report is rewritten only when its inputs changed (report_inputs). All of it holds the run's
+    reducer lock, so that two reducers never log the same W&B rows."""
     run = RunDir(run_dir)
-    reduction = reduce_run(run.root)
+    with run.reducing():
+        return _finish_locked(run, cfg, report)
+
+
+def report_inputs(run: RunDir, logger_cfg: dict) -> str:
+    """sha256 of what the report is made of: the metrics, the shards' checksums, the W&B settings
+    and handoff's version."""
+    digest = hashlib.sha256(run.metrics.read_bytes())
+    for shard in run.shards():
+        digest.update(f"{shard.name}:{read_shard_header(shard)['sha256']}".encode())
+    digest.update(json.dumps([logger_cfg, handoff.__version__], sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _finish_locked(run: RunDir, cfg, report: bool) -> dict[str, Path]:
+    reduction = reduce_locked(run)
     paths = {"metrics": run.metrics, "scores": run.scores_dir}
     logger_cfg = (_as_dict(cfg) or run.config).get("logger") or {}
     result = log_reduction(run.root, reduction, logger_cfg)
@@ -53,5 +73,15 @@ def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, 
         print("handoff: not in W&B until the checkpoint before them is complete (resume the sweep): "
               + "; ".join(result.held_back), file=sys.stderr)
     if report:
-        paths.update(write_report(run.root, reduction))
+        paths.update(_report(run, reduction, logger_cfg))
+    return paths
+
+
+def _report(run: RunDir, reduction: Reduction, logger_cfg: dict) -> dict[str, Path]:
+    """The report, rewritten unless the one there was made from the same inputs."""
+    stamp, inputs = run.report / ".inputs.sha256", report_inputs(run, logger_cfg)
+    if run.report_md.is_file() and stamp.is_file() and stamp.read_text() == inputs:
+        return {"report_md": run.report_md, "report_html": run.report_html}
+    paths = write_report(run.root, reduction)
+    write_atomic(stamp, inputs)
     return paths

@@ -14,6 +14,7 @@ from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, ru
 from handoff.rules import EpisodeScore
 from handoff.rules.metrics import Difference, PairedComparison, paired_difference
 from handoff.rundir import RunDir, RunDirError
+from handoff.scoring import Scorer
 
 
 class Side(BaseModel):
@@ -22,6 +23,7 @@ class Side(BaseModel):
     step: int
     domain: str | None = None
     wandb_runs: list[str] = []  # ENTITY/PROJECT/runs/ID of the side's (sweep, domain) W&B runs
+    scoring: dict = {}  # handoff.scoring.Scorer.info: the reward weights and labels it was scored with
 
     @property
     def label(self) -> str:
@@ -44,7 +46,8 @@ def significant(d: Difference) -> bool:
 
 def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None) -> tuple[Side, list[EpisodeScore]]:
     """The (incrementally reduced) scores of one checkpoint of a run, optionally of one domain."""
-    episodes = reduce_run(run_dir).episodes
+    scorer = Scorer.for_config(RunDir(run_dir).config)
+    episodes = reduce_run(run_dir, scorer).episodes
     names = sorted({e.model for e in episodes})
     if checkpoint is None:
         if len(names) != 1:
@@ -58,7 +61,7 @@ def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None)
     step = next(e.step for e in episodes if e.model == checkpoint)
     domains = [domain] if domain else sorted({e.score.domain for e in episodes if e.model == checkpoint})
     side = Side(run_dir=Path(run_dir), checkpoint=checkpoint, step=step, domain=domain,
-                wandb_runs=wandb_runs(RunDir(run_dir), domains))
+                wandb_runs=wandb_runs(RunDir(run_dir), domains), scoring=scorer.info)
     return side, scores
 
 
@@ -71,7 +74,15 @@ def wandb_runs(run: RunDir, domains: list[str]) -> list[str]:
     return [target.path(run_id(run, d)) for d in domains]
 
 
-def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore]]) -> Comparison:
+def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore]],
+            mixed_scoring: bool = False) -> Comparison:
+    """A - B on the tasks both ran. Sides scored with different reward weights or labels are refused
+    (their rewards do not compare) unless `mixed_scoring`."""
+    differs = [name for name in ("reward_weights", "labels_sha256") if a[0].scoring.get(name) != b[0].scoring.get(name)]
+    if differs and not mixed_scoring:
+        raise RunDirError(f"{a[0].label} and {b[0].label} were scored with different {' and '.join(differs)} "
+                          "(each run's `reward` config): their rewards do not compare; pass --mixed-scoring to "
+                          "compare them anyway")
     result = paired_difference(a[1], b[1])
     if result.n_tasks == 0:
         raise RunDirError(f"{a[0].label} and {b[0].label} have no task in common")
@@ -88,6 +99,8 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
     r = cmp.result
     lines = [f"A = {cmp.a}   B = {cmp.b}",
              f"{r.n_tasks} shared tasks ({r.n_episodes_a} episodes in A, {r.n_episodes_b} in B)",
+             *(["warning: A and B were scored with different reward weights or labels"]
+               if cmp.side_a.scoring != cmp.side_b.scoring else []),
              "", f"{'metric':34} {'A':>9} {'B':>9} {'A-B':>9}  {'95% interval':>21}  significant"]
     for name, d in r.metrics.items():
         a = "n/a" if d.a is None else f"{d.a:.4f}"

@@ -1,8 +1,9 @@
 """Export a run's episodes as tau2 `Results` JSON, one file per (checkpoint, domain), so that
 tau2's own tools read them (`tau2 view`, `tau2.metrics.agent_metrics.compute_metrics`). Each
 SimulationRun carries the agent's format events and token usage in `reward_info.info`
-(handoff.rules.events; added here for records written before they were), so that `handoff score`
-on the file gives the reducer's scores."""
+(handoff.rules.events; added here for records written before they were) and the reward weights and
+labels version the reducer scores the run with (handoff.scoring.SCORING_INFO_KEY), so that `handoff
+score` on the file gives the reducer's scores."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from handoff.records import CorruptShard, EpisodeRecord, read_shard, write_atomic
 from handoff.rules.events import FORMAT_EVENTS_INFO_KEY, with_episode_info
 from handoff.rundir import RunDir
+from handoff.scoring import SCORING_INFO_KEY, Scorer
 from handoff.tasks import get_task
 from handoff.tasks.upstream import tau2_commit
 
@@ -38,11 +40,13 @@ def _info(run: RunDir, model: str, domain: str, records: list[EpisodeRecord]):
     )
 
 
-def _simulation(record: EpisodeRecord):
+def _simulation(record: EpisodeRecord, scoring: dict):
     sim = record.simulation_run()
-    if sim.reward_info is not None and FORMAT_EVENTS_INFO_KEY not in (sim.reward_info.info or {}):
-        sim.reward_info.info = with_episode_info(sim.reward_info.info, record.format_events,
-                                                 record.usage.prompt_tokens, record.usage.completion_tokens)
+    if sim.reward_info is not None:
+        if FORMAT_EVENTS_INFO_KEY not in (sim.reward_info.info or {}):
+            sim.reward_info.info = with_episode_info(sim.reward_info.info, record.format_events,
+                                                     record.usage.prompt_tokens, record.usage.completion_tokens)
+        sim.reward_info.info = {**sim.reward_info.info, SCORING_INFO_KEY: scoring}
     return sim
 
 
@@ -64,6 +68,7 @@ def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> li
     from tau2.data_model.simulation import Results
 
     run = RunDir(run_dir)
+    scoring = Scorer.for_config(run.config).info  # the weights and labels the reducer scores this run with
     paths = []
     for (model, domain), records in sorted(_records_by_slice(run).items()):
         records.sort(key=lambda r: r.key)
@@ -71,7 +76,7 @@ def export_results(run_dir: str | Path, out_dir: str | Path | None = None) -> li
         results = Results(
             info=_info(run, model, domain, records),
             tasks=[get_task(domain, task_id) for task_id in task_ids],
-            simulations=[_simulation(r) for r in records],
+            simulations=[_simulation(r, scoring) for r in records],
         )
         path = run.export_path(model, domain, out_dir)
         write_atomic(path, results.model_dump_json(indent=2))

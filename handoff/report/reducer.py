@@ -165,8 +165,14 @@ def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
 
 
 def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
-    """Score what is new in the run, compute all metrics, write reduced/metrics.json."""
+    """Score what is new in the run, compute all metrics, write reduced/metrics.json (holding the
+    run's reducer lock; `reduce_locked` is for a caller that holds it)."""
     run = RunDir(run_dir)
+    with run.reducing():
+        return reduce_locked(run, scorer)
+
+
+def reduce_locked(run: RunDir, scorer: Scorer | None = None) -> Reduction:
     episodes, by_shard, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
                           corrupt_shards=corrupt, failed_shards=run.failed_ids(),

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
-from handoff.sweep.run import CONF_DIR, finish, resume_dir, run_sweep
+from handoff.sweep.run import CONF_DIR, resume_dir, run_and_finish
 
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
 
@@ -33,8 +33,7 @@ def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") ->
     """One sweep as an exit status. A user error is one line on stderr (2); any other exception is a
     bug: its traceback is printed (1), and a multirun goes on with its next job."""
     try:
-        prepared, summary = run_sweep(cfg, overrides)
-        reported = finish(prepared, summary)
+        _, summary, reported = run_and_finish(cfg, overrides)
     except HandoffError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return USER_ERROR_STATUS

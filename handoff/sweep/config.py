@@ -216,6 +216,50 @@ def to_container(cfg: DictConfig | dict) -> dict:
     return data
 
 
+SECRET_KEY = re.compile(r"(?i)(^|_)(api_?key|access_?key|private_?key|secret(_?key)?|token|password|passwd|"
+                        r"credentials?|authorization)$")
+"""Config keys that hold secrets: never recorded in the run directory or W&B with their value."""
+SECRET_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH")
+ENV_VAR = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
+REDACTED = "<redacted>"
+
+
+def recorded_config(cfg: DictConfig) -> dict:
+    """The resolved config as a run records it (manifest.json, config.yaml, W&B's run config): a
+    value under a secret's key (SECRET_KEY: api_key, token, password, ...) or read from a secret's
+    environment variable (`${oc.env:OPENAI_API_KEY}`) stays the unresolved interpolation, and a
+    secret written literally in a config file is redacted. The sweep itself runs on the resolved
+    values (validate)."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    raw.pop("hydra", None)
+    return _hide_secrets(to_container(cfg), raw)
+
+
+def _hide_secrets(value: Any, raw: Any, key: str = "") -> Any:
+    if isinstance(value, dict) and isinstance(raw, dict):
+        return {k: _hide_secrets(v, raw.get(k), str(k)) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(raw, list) and len(value) == len(raw):
+        return [_hide_secrets(v, r, key) for v, r in zip(value, raw)]
+    interpolated = isinstance(raw, str) and "${" in raw
+    if interpolated and any(SECRET_ENV.search(var) for var in ENV_VAR.findall(raw)):
+        return raw
+    if SECRET_KEY.search(key) and value not in (None, ""):
+        return raw if interpolated else REDACTED
+    return value
+
+
+def literal_secrets(overrides: list) -> list[str]:
+    """Hydra overrides (parsed) that set a secret's key to a literal value, which the run would
+    record: `key: pass it as ${oc.env:VAR}` for each."""
+    out = []
+    for o in overrides:
+        value = o.input_line.partition("=")[2]
+        if SECRET_KEY.search(o.key_or_group.rsplit(".", 1)[-1]) and value and "${" not in value:
+            out.append(f"{o.key_or_group}: a secret given literally would be recorded in the run directory and "
+                       "W&B; pass it from the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")")
+    return out
+
+
 def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,
                         remote: bool = False) -> list[str]:
     """Why the checkpoint directory `path` (config key `key`) cannot be served; empty if it can.

@@ -7,6 +7,7 @@ import hashlib
 import json
 import time
 from importlib.metadata import version
+from pathlib import Path
 
 from handoff.errors import HandoffError
 from handoff.rundir import Manifest
@@ -30,8 +31,19 @@ def tasks_hash(tasks: dict[str, list]) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def checkpoint_content(ck: Checkpoint) -> str:
+    """A key of the files of the checkpoint and of its tokenizer directory (content_key); "" when the
+    driver does not see the checkpoint (a path only the cluster's nodes have)."""
+    from handoff.engine.checkpoint import content_key
+
+    dirs = [Path(p) for p in (ck.path, ck.tokenizer) if p]
+    if not all(d.is_dir() for d in dirs):
+        return ""
+    return hashlib.sha256("\0".join(content_key(d) for d in dirs).encode()).hexdigest()
+
+
 def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[Shard],
-          tasks: dict[str, list], overrides: list[str]) -> Manifest:
+          tasks: dict[str, list], overrides: list[str], content: dict[str, str]) -> Manifest:
     """A new run's manifest (with a new run_uuid)."""
     from handoff.tasks import manifest_hashes
 
@@ -45,14 +57,20 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
         hashes=manifest_hashes(),
         tasks_hash=tasks_hash(tasks),
         checkpoints=[c.model_dump(mode="json") for c in ckpts],
+        checkpoint_content=content,
         shards=[s.model_dump(mode="json") for s in shards],
         n_episodes=sum(len(s.episodes) for s in shards),
     )
 
 
-def check_resumable(old: Manifest, new: Manifest) -> None:
-    """Raise ResumeRefused saying what changed between the recorded manifest and the current one."""
-    changes = []
+def check_resumable(old: Manifest, new: Manifest, content: dict[str, str] | None = None) -> None:
+    """Raise ResumeRefused saying what changed between the recorded manifest and the current one
+    (`content`: the checkpoints' content keys now, checkpoint_content; default the new manifest's).
+    A checkpoint re-saved since the run started is refused, never resumed under its old name."""
+    content = new.checkpoint_content if content is None else content
+    changes = [f"checkpoint {name} changed on disk since the run started (re-saved or replaced): its "
+               "episodes would mix two checkpoints under one name; evaluate it in a new run"
+               for name, key in sorted(old.checkpoint_content.items()) if key and content.get(name) not in (key, "")]
     if old.config_hash != new.config_hash:
         lines = diff(result_config(old.config), result_config(new.config))
         changes.append("config changed:\n    " + "\n    ".join(lines or ["(same keys, different hash)"]))

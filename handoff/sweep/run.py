@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import traceback
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from handoff.errors import ConfigError
-from handoff.rundir import Manifest, RunPaths
+from handoff.rundir import Manifest
 from handoff.sweep import preflight
 from handoff.sweep.config import (
     Checkpoint,
@@ -26,11 +27,12 @@ from handoff.sweep.config import (
     SweepConfig,
     checkpoints,
     config_hash,
-    to_container,
+    literal_secrets,
+    recorded_config,
     validate,
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
-from handoff.sweep.manifest import ResumeRefused, build, check_resumable
+from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
 
@@ -102,11 +104,12 @@ class Prepared:
     saves loading the task set (and importing tau2) to resume a finished run."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None):
-        self.data = to_container(cfg)
+        self.data = recorded_config(cfg)
         self.sweep: SweepConfig = validate(cfg)
         self.ckpts = checkpoints(self.sweep)
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
+        self.content = {c.name: checkpoint_content(c) for c in self.ckpts}
         if recorded is not None and self._same_inputs(recorded):
             self.manifest = recorded
             self.shards = [Shard.model_validate(s) for s in recorded.shards]
@@ -120,7 +123,7 @@ class Prepared:
                 raise ConfigError(f"tasks: no {domain} task matches {self.sweep.tasks.model_dump()}")
         ids = {d: [t.id for t in ts] for d, ts in tasks.items()}
         self.shards = plan_shards(self.sweep, self.ckpts, ids)
-        self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides)
+        self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides, self.content)
         if recorded is not None:  # a resume: the run keeps its identity
             self.manifest.run_uuid, self.manifest.created = recorded.run_uuid, recorded.created
 
@@ -135,6 +138,9 @@ class Prepared:
 
 def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     """Validate and plan a new sweep or a resume (cfg.resume), and write or check its manifest."""
+    secrets = literal_secrets(parse_overrides(overrides))
+    if secrets:
+        raise ConfigError.of("overrides", secrets)
     resume = cfg.get("resume")
     if resume:
         return _prepare_resume(str(resume), overrides)
@@ -154,7 +160,7 @@ def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
     old = run.read_manifest()
     recorded = merge_overrides(old.overrides, _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
     prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
-    check_resumable(old, prepared.manifest)
+    check_resumable(old, prepared.manifest, prepared.content)
     prepared.run.lock()
     return prepared
 
@@ -196,35 +202,55 @@ def ray_cluster(cluster: ClusterConfig):
     # log_to_driver: engine and worker output (a vLLM traceback, CUDA OOM) reaches the driver's log,
     # and so a Ray Job's log.
     common = dict(include_dashboard=False, log_to_driver=True, namespace="handoff")
-    if cluster.address:
-        ray.init(address=cluster.address, **common)
-    else:
-        ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus,
-                 object_store_memory=(cluster.object_store_mb or 256) << 20,
-                 _temp_dir=cluster.temp_dir or tempfile.mkdtemp(prefix="rh-", dir="/tmp"), **common)
+    # An embedded cluster without cluster.temp_dir gets a fresh short /tmp/rh-XXXX (AF_UNIX socket
+    # paths must stay under 107 bytes), removed when it is shut down.
+    made = None if cluster.address or cluster.temp_dir else tempfile.mkdtemp(prefix="rh-", dir="/tmp")
     try:
+        if cluster.address:
+            ray.init(address=cluster.address, **common)
+        else:
+            ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus,
+                     object_store_memory=(cluster.object_store_mb or 256) << 20,
+                     _temp_dir=cluster.temp_dir or made, **common)
         yield ray
     finally:
         ray.shutdown()
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> tuple[Prepared, Summary]:
     """Run (or resume) the sweep; the run directory holds the results."""
     prepared = prepare(cfg, overrides)
     try:
-        driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
-        if not driver.pending:
-            return prepared, driver.summary()
-        cluster = prepared.sweep.cluster
-        local = not cluster.address and not _ray_initialized()
-        if not cluster.address:  # an embedded cluster: its size is known before it starts
-            check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
-        preflight.before_ray(prepared.sweep, local)
-        with ray_cluster(cluster):
-            serve_merged(driver, prepared.sweep, local)
-            return prepared, driver.execute()
+        return prepared, _execute(prepared, progress)
     finally:
         prepared.run.unlock()
+
+
+def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Summary, dict]:
+    """Run (or resume) the sweep, then reduce, log and report it (finish), all under the run's lock:
+    no other sweep driver writes shards while this one reduces them."""
+    prepared = prepare(cfg, overrides)
+    try:
+        summary = _execute(prepared, progress=True)
+        return prepared, summary, finish(prepared, summary)
+    finally:
+        prepared.run.unlock()
+
+
+def _execute(prepared: Prepared, progress: bool) -> Summary:
+    driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+    if not driver.pending:
+        return driver.summary()
+    cluster = prepared.sweep.cluster
+    local = not cluster.address and not _ray_initialized()
+    if not cluster.address:  # an embedded cluster: its size is known before it starts
+        check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
+    preflight.before_ray(prepared.sweep, local)
+    with ray_cluster(cluster):
+        serve_merged(driver, prepared.sweep, local)
+        return driver.execute()
 
 
 def _ray_initialized() -> bool:
@@ -248,12 +274,14 @@ def _pending_checkpoints(driver: Driver) -> list[Checkpoint]:
 
 
 def finish(prepared: Prepared, summary: Summary) -> dict:
-    """Reduce, log to W&B and write the report (handoff.report); print where everything is."""
+    """Reduce, log to W&B and write the report (handoff.report); print where everything is. Also
+    after a resume that ran nothing: the reduction is incremental (rescoring only what a changed
+    scorer or shard invalidates), W&B gets the rows it does not hold yet (a failed upload is
+    retried), and the report is rewritten only when its inputs changed."""
     from handoff.report import finish_run
 
-    reported = None if summary.ran else _up_to_date_report(prepared.run.root)
     try:
-        paths = reported or finish_run(prepared.run.root, prepared.data)
+        paths = finish_run(prepared.run.root, prepared.data)
     except Exception as exc:  # noqa: BLE001 - the shards are safe; `handoff report` can redo this
         traceback.print_exc()
         paths = {"report error": f"{exc!r} (rerun: handoff reduce / handoff report {prepared.run.root})"}
@@ -267,17 +295,4 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     return {"summary": asdict(summary), **{k: str(v) for k, v in paths.items()}}
 
 
-def _up_to_date_report(root: Path) -> dict | None:
-    """The existing reducer, W&B and report outputs, if they are newer than every shard."""
-    run = RunPaths(root)
-    metrics, report = run.metrics, run.report_md
-    shards = run.shards() + [run.failed_path(i) for i in run.failed_ids()]
-    if not (metrics.is_file() and report.is_file()):
-        return None
-    if any(p.stat().st_mtime > min(metrics.stat().st_mtime, report.stat().st_mtime) for p in shards):
-        return None
-    found = {"metrics": metrics, "wandb": run.wandb, "report_md": report, "report_html": run.report_html}
-    return {name: path for name, path in found.items() if path.exists()}
-
-
-__all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_sweep"]
+__all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_and_finish", "run_sweep"]

@@ -74,9 +74,9 @@ class SweepRun(RunPaths):
 
     def write_done(self, shard: Shard, records: dict[tuple, EpisodeRecord]) -> None:
         ordered = [records[e.key] for e in shard.episodes]
+        self.failed_path(shard.id).unlink(missing_ok=True)  # first: a crash after it reruns the shard
         write_shard(self.shard_path(shard.id), shard.id, ordered)
         self.partial_path(shard.id).unlink(missing_ok=True)
-        self.failed_path(shard.id).unlink(missing_ok=True)
 
     def read_partial(self, shard: Shard) -> dict[tuple, EpisodeRecord]:
         """The finished episodes of an unfinished shard; a torn last line (killed writer) is skipped."""

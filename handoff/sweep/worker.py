@@ -24,7 +24,6 @@ class EngineRef:
         return f"{self.role} engine {self.checkpoint.name}"
 
 
-@lru_cache(maxsize=None)
 def _chat(tokenizer_path: str, chat_template: str | None):
     from handoff.engine.chat import ChatFormat
 
@@ -41,6 +40,9 @@ class EpisodeWorker:
 
         self.cfg = SweepConfig.model_validate(config)
         self._lock = threading.Lock()
+        # Tokenizers of the checkpoints in flight at once (one per agent slot, the user's, and one
+        # whose slot is moving on); older ones are dropped: a long sweep keeps no tokenizer per checkpoint.
+        self._chat = lru_cache(maxsize=self.cfg.engine.replicas + 2)(_chat)
 
     def ping(self) -> int:
         import os
@@ -49,7 +51,7 @@ class EpisodeWorker:
 
     def chat(self, ck: Checkpoint):
         with self._lock:  # tokenizer loading is not thread-safe
-            return _chat(ck.tokenizer or ck.path, ck.chat_template)
+            return self._chat(ck.tokenizer or ck.path, ck.chat_template)
 
     def run(self, episode: dict, agent: EngineRef, user: EngineRef | None) -> dict:
         """Run one planned episode and return its EpisodeRecord (as a dict)."""

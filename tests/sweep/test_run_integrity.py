@@ -1,0 +1,222 @@
+"""What a run directory may hold and who may write it (issue 21: findings 5 and 14-18): files keep
+the umask, shard ids from manifest.json never become paths outside the run, secrets are never
+recorded, one reducer at a time (the sweep's lock held until it has reported), a no-op resume still
+reduces, retries W&B and rescoring, a checkpoint re-saved since the run started is refused, and an
+embedded Ray cluster leaves no temp directory behind (runs: tests.support.runs, no Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from handoff.records import write_atomic
+from handoff.rundir import RunDirError, RunPaths
+from handoff.sweep.manifest import ResumeRefused
+from handoff.sweep.run import ConfigError, compose, prepare
+from tests.support.runs import TINY, finished_run
+
+
+def resume(run_dir: Path, *extra: str) -> int:
+    """`handoff sweep resume=<run_dir> ...` in this process (its exit status)."""
+    from handoff.sweep.__main__ import sweep
+
+    return sweep(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}", *extra])
+
+
+def held(lock: Path) -> bool:
+    """Whether another open file description holds an flock on `lock`."""
+    import fcntl
+
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+# -- 18: file modes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_written_files_get_the_umask_not_0600(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "a" / "metrics.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a" / "metrics.json").stat().st_mode & 0o777 == mode
+
+
+# -- 17: shard ids are file names ------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["../../outside", "/etc/passwd", "a/b", "..", ".hidden", ""])
+def test_a_tampered_shard_id_is_refused_before_any_path_is_made(tmp_path, bad):
+    run_dir = tmp_path / "run"
+    overrides = [*TINY, f"run_dir={run_dir}"]
+    prepare(compose(overrides), overrides).run.unlock()
+    manifest = json.loads(RunPaths(run_dir).manifest_path.read_text())
+    manifest["shards"][0]["id"] = bad
+    RunPaths(run_dir).manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(RunDirError, match="is not a plain file name"):
+        prepare(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"])
+    with pytest.raises(RunDirError, match="is not a plain file name"):
+        RunPaths(run_dir).partial_path(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_tampered_shard_id_exits_2_from_the_command_line(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [*TINY, f"run_dir={run_dir}"]
+    prepare(compose(overrides), overrides).run.unlock()
+    manifest = json.loads(RunPaths(run_dir).manifest_path.read_text())
+    manifest["shards"][0]["id"] = "../../outside"
+    RunPaths(run_dir).manifest_path.write_text(json.dumps(manifest))
+    proc = subprocess.run([sys.executable, "-m", "handoff.sweep", f"resume={run_dir}"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "'../../outside' is not a plain file name" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# -- 14: one reducer at a time; failed records ----------------------------------------------------------
+def test_a_failed_record_beside_a_finished_shard_is_not_counted(tmp_path):
+    run_dir = finished_run(tmp_path / "run")
+    run = RunPaths(run_dir)
+    done, failing = [p.stem for p in run.shards()]
+    run.shard_path(failing).unlink()
+    for shard_id in (done, failing):  # `done`: a crash after its shard was written, before the record went
+        write_atomic(run.failed_path(shard_id), json.dumps({"shard_id": shard_id, "attempts": 3, "error": "x"}))
+    assert run.failed_ids() == [failing]
+    from handoff.report import reduce_run
+
+    assert reduce_run(run_dir).failed_shards == [failing]
+
+
+def test_the_sweep_holds_its_lock_and_the_reducer_lock_while_it_reduces_and_logs(tmp_path, monkeypatch):
+    import handoff.report
+
+    run_dir = finished_run(tmp_path / "run")
+    run, seen = RunPaths(run_dir), []
+    real = handoff.report.log_reduction
+
+    def log_reduction(*args, **kwargs):
+        seen.append((held(run.lock_path), held(run.reduce_lock_path)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handoff.report, "log_reduction", log_reduction)
+    assert resume(run_dir) == 0
+    assert seen == [(True, True)]
+    assert not held(run.lock_path) and not held(run.reduce_lock_path)  # released at the end
+
+
+# -- 3: a re-saved checkpoint -------------------------------------------------------------------------
+def test_a_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
+    ckpt = tmp_path / "global_step_10"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights v1")
+    run_dir = finished_run(tmp_path / "run", f"model.smollm2.path={ckpt}")
+    assert resume(run_dir) == 0  # unchanged: resumes
+    (ckpt / "model.safetensors").write_bytes(b"weights v2, re-saved")
+    os.utime(ckpt / "model.safetensors", ns=(1, 1))
+    with pytest.raises(ResumeRefused, match="checkpoint smollm2-135m-instruct changed on disk since the run started"):
+        prepare(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"])
+    assert resume(run_dir) == 2
+
+
+# -- 5: a no-op resume -------------------------------------------------------------------------------
+def test_a_resume_that_runs_nothing_retries_wandb_and_rescoring(tmp_path, monkeypatch):
+    import handoff.scoring
+    from handoff.report.wandb_log import run_id
+    from handoff.rundir import RunDir
+    from handoff.testing.wandb_offline import offline_runs
+
+    run_dir = finished_run(tmp_path / "run")
+    assert resume(run_dir) == 0  # reduced and reported, W&B disabled
+    run = RunPaths(run_dir)
+    assert resume(run_dir, "logger.mode=offline") == 0  # W&B now on: its rows are logged
+    (logged,) = offline_runs(run.wandb, run_id(RunDir(run_dir), "airline"))
+    assert len(logged["history"]) == 1
+    report = run.report_md.stat().st_mtime_ns
+    assert resume(run_dir, "logger.mode=offline") == 0
+    assert run.report_md.stat().st_mtime_ns == report  # same metrics, shards and settings: not redone
+    assert len(offline_runs(run.wandb, run_id(RunDir(run_dir), "airline"))) == 1  # nothing new to log
+    monkeypatch.setattr(handoff.scoring, "rules_sha256", lambda: "an edited rule")
+    assert resume(run_dir, "logger.mode=offline") == 0
+    fingerprint = handoff.scoring.Scorer.for_config(RunDir(run_dir).config).fingerprint
+    for cache in run.scores_dir.glob("*.jsonl"):
+        assert json.loads(cache.read_text().splitlines()[0])["scorer"] == fingerprint
+
+
+# -- 16: secrets ---------------------------------------------------------------------------------------
+def test_an_api_key_from_the_environment_is_recorded_nowhere(tmp_path, monkeypatch):
+    from handoff.report import finish_run
+    from handoff.rundir import RunDir
+    from handoff.testing.wandb_offline import read_offline_run
+
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("HANDOFF_TEST_API_KEY", secret)
+    run_dir = finished_run(tmp_path / "run", "user=litellm", "+user.llm_args.api_key=${oc.env:HANDOFF_TEST_API_KEY}",
+                           "logger.mode=offline")
+    overrides = [*TINY, f"run_dir={tmp_path}/other", "user=litellm", "+user.llm_args.api_key=${oc.env:HANDOFF_TEST_API_KEY}"]
+    assert prepare(compose(overrides), overrides).sweep.user.llm_args["api_key"] == secret  # what the sweep uses
+    finish_run(run_dir)
+    files = [p for p in Path(run_dir).rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files)
+    assert [p for p in files if secret.encode() in p.read_bytes()] == []
+    assert RunDir(run_dir).config["user"]["llm_args"]["api_key"] == "${oc.env:HANDOFF_TEST_API_KEY}"
+    (wandb_file,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
+    config = {i.key: json.loads(i.value_json) for i in read_offline_run(wandb_file.parent)["run"].config.update}
+    assert config["user"]["llm_args"]["api_key"] == "${oc.env:HANDOFF_TEST_API_KEY}"
+
+
+def test_a_literal_secret_override_is_refused_and_one_in_a_config_file_redacted(tmp_path):
+    from handoff.sweep.config import REDACTED, recorded_config
+
+    overrides = [*TINY, f"run_dir={tmp_path}/run", "user=litellm", "+user.llm_args.api_key=sk-literal"]
+    with pytest.raises(ConfigError, match="user.llm_args.api_key: a secret given literally"):
+        prepare(compose(overrides), overrides)
+    assert not (tmp_path / "run").exists()
+    cfg = OmegaConf.create({"user": {"llm_args": {"api_key": "sk-literal", "max_tokens": 5, "base_url": "http://x"},
+                                     "token": None, "access_token": "t0k"},
+                            "path": "${oc.env:HOME}/x", "tokenizer": "tok"})
+    assert recorded_config(cfg) == {"user": {"llm_args": {"api_key": REDACTED, "max_tokens": 5, "base_url": "http://x"},
+                                             "token": None, "access_token": REDACTED},
+                                    "path": f"{os.environ['HOME']}/x", "tokenizer": "tok"}
+
+
+# -- 15: leaks -----------------------------------------------------------------------------------------
+@pytest.mark.ray
+def test_an_embedded_cluster_removes_its_ray_temp_dir(tmp_path):
+    script = textwrap.dedent("""
+        import ray
+        from handoff.sweep.config import ClusterConfig
+        from handoff.sweep.run import ray_cluster
+        with ray_cluster(ClusterConfig(num_cpus=1, num_gpus=0)):
+            print(ray._private.worker._global_node.get_temp_dir_path(), flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    temp_dir = Path(proc.stdout.strip().splitlines()[-1])
+    assert temp_dir.name.startswith("rh-") and temp_dir.parent == Path("/tmp")
+    assert not temp_dir.exists()
+
+
+def test_a_worker_keeps_a_bounded_number_of_tokenizers(tmp_path):
+    from handoff.sweep.config import checkpoints, validate
+    from handoff.sweep.worker import EpisodeWorker
+
+    cfg = validate(compose([*TINY, "engine.replicas=1"]))
+    worker = EpisodeWorker(cfg.model_dump(mode="json"))
+    ck = checkpoints(cfg)[0].model_copy(update={"path": "/ckpt/0"})
+    first = worker.chat(ck)
+    assert worker.chat(ck) is first  # cached while in use
+    for i in range(1, 4):  # replicas + 2 = 3 others
+        worker.chat(ck.model_copy(update={"path": f"/ckpt/{i}"}))
+    assert worker.chat(ck) is not first  # dropped: not one tokenizer per checkpoint for the whole sweep
