@@ -34,12 +34,12 @@ img{{max-width:100%}}</style></head><body>
 """
 
 
-def fmt(iv: Interval | None) -> str:
+def fmt(iv: Interval | None, digits: int = 3) -> str:
     if iv is None or iv.value is None:
         return "n/a"
     if iv.lo is None or iv.hi is None:
-        return f"{iv.value:.3f}"
-    return f"{iv.value:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
+        return f"{iv.value:.{digits}f}"
+    return f"{iv.value:.{digits}f} [{iv.lo:.{digits}f}, {iv.hi:.{digits}f}]"
 
 
 def linked(text, **filters) -> str:
@@ -62,30 +62,31 @@ def _slices(reduction: Reduction):
                 continue
 
 
-def _keyed_table(reduction: Reduction, pick, filters) -> list[str]:
+def _keyed_table(reduction: Reduction, pick, filters, digits: int = 3) -> list[str]:
     """A table with one column per key of a dict of Intervals picked from each slice's metrics;
     `filters(key)` gives the index filter of a column."""
     rows = [(model, step, domain, pick(m)) for model, step, domain, m in _slices(reduction)]
     keys = sorted({k for *_, d in rows for k in d})
     return table(["checkpoint", "step", "domain", *keys],
-                 [[model, step, domain, *(_cell(d.get(k), checkpoint=model, domain=domain, **filters(k)) for k in keys)]
+                 [[model, step, domain, *(_cell(d.get(k), digits, checkpoint=model, domain=domain, **filters(k)) for k in keys)]
                   for model, step, domain, d in rows])
 
 
-def _cell(iv: Interval | None, **filters) -> str:
-    return fmt(iv) if iv is None or iv.value is None else linked(fmt(iv), **filters)
+def _cell(iv: Interval | None, digits: int = 3, **filters) -> str:
+    return fmt(iv) if iv is None or iv.value is None else linked(fmt(iv, digits), **filters)
 
 
 def _any_or(field: str, key: str) -> dict:
     return {field: "any" if key == ANY else key}
 
 
-# Tables per key: title, the dict picked from a slice's metrics, the index filter of a key.
+# Tables per key: title, the dict picked from a slice's metrics, the index filter of a key (and the
+# digits shown, default 3).
 SECTIONS = [
     ("Outcome classes (docs/metrics.md)", lambda m: m.outcomes, lambda k: {"outcome": k}),
     ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
     ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,
-     lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}),
+     lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
     ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),
     ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns,
      lambda k: _any_or("format", k)),
@@ -105,8 +106,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
                      *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
-    for title, pick, filters in SECTIONS:
-        lines += [f"## {title}", ""] + _keyed_table(reduction, pick, filters)
+    for title, *section in SECTIONS:
+        lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]
     lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
     return "\n".join(lines)
