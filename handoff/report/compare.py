@@ -55,7 +55,8 @@ def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None)
         checkpoint = names[0]
     if checkpoint not in names:
         raise RunDirError(f"{run_dir} has no checkpoint {checkpoint!r} (it has {', '.join(names)})")
-    scores = [e.score for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
+    scores = [e.score.model_copy(update={"trial": e.trial})  # the record's trial (a SimulationRun may lack it)
+              for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
     if not scores:
         raise RunDirError(f"{run_dir}: checkpoint {checkpoint!r} has no episodes in domain {domain!r}")
     step = next(e.step for e in episodes if e.model == checkpoint)

@@ -17,7 +17,7 @@ from handoff.report.episodes import episode_href, write_transcripts
 from handoff.report.flips import find_flips
 from handoff.report.wandb_log import episode_rows, with_transcript
 from handoff.rundir import RunDir, RunPaths
-from handoff.testing.synthetic import Behavior, sample_tasks, write_run
+from handoff.testing.synthetic import Behavior, sample_tasks, write_records, write_run
 from tests.support import browser
 
 # "late" decides the hand-off right far more often than "early"; both break policy and the format often.
@@ -94,6 +94,22 @@ def test_flips_are_exactly_the_tasks_whose_outcome_differs(run, tmp_path, capsys
     better_a = sum(f["better"] == "A" for f in flips if f["kind"] == "handoff")
     assert f"Flips in hand-off correctness: {len(expected)} tasks ({better_a} better in A" in out
     assert f"{first['domain']} {first['task_id']} ({first['rule']}): A " in out
+
+
+def test_flips_pair_trials_by_the_records_trial(run, tmp_path, capsys):
+    """A sweep's SimulationRuns carry no trial (the record does): both sides' trials still pair up."""
+    shards = {}
+    for shard in RunPaths(run).shards():
+        records = read_shard(shard)
+        for r in records:
+            r.simulation["trial"] = None
+        shards[shard.stem] = records
+    bare = write_records(tmp_path / "bare", shards, "bare")
+    page = tmp_path / "flips.html"
+    assert main(["compare", str(bare), "--a", "late", "--b", "early", "--json", "--html", str(page)]) == 0
+    flips = json.loads(capsys.readouterr().out)["flips"]
+    assert flips and all([t["trial"] for t in f["a"]] == [0, 1] == [t["trial"] for t in f["b"]] for f in flips)
+    assert "(no episode)" not in page.read_text()
 
 
 def test_no_flips_between_identical_sides(run):
