@@ -9,22 +9,21 @@ from pathlib import Path
 
 
 def machine() -> dict:
-    """What the figures were measured on."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """What the figures were measured on: the CPU model and its flags as /proc/cpuinfo lists them
+    (`cpu_flags`) and as torch's CPUID checks, on which vLLM-CPU dispatches its kernels, see them
+    (`kernel_flags`; they differ under bench/emulate's AVX2 emulation, then `emulated` names it)."""
+    from handoff.engine.cpu import cpu_model, kernel_flags, proc_flags
+
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     from importlib.metadata import version
 
     import tau2  # noqa: F401
 
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
+        "cpu_flags": proc_flags(),
+        "kernel_flags": kernel_flags(),
+        "emulated": os.environ.get("HANDOFF_EMULATE_CPU"),
         "cores": os.cpu_count(),
         "memory_gib": round(mem_gib, 1),
         "python": platform.python_version(),

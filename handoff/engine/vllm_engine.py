@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
 import os
 import sys
 import threading
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from handoff.engine.base import ContextOverflowError, Generation, Sampling
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 class VLLMOptions(BaseModel):
@@ -45,6 +47,10 @@ class VLLMOptions(BaseModel):
     max_num_seqs: int = Field(32, ge=1)
     enable_prefix_caching: bool = True
     enforce_eager: bool = True
+    dtype: str = Field("auto", description="vLLM's dtype; on CPU `auto` is float32 where the CPU lacks "
+                                           "AVX512-BF16 and AMX, else the checkpoint's (handoff.engine.cpu)")
+    threads: int | None = Field(None, ge=1, description="CPU build: threads of the forward pass (unbound); "
+                                                        "None = vLLM's binding (every core of the node but one)")
 
 
 class EngineSettings(VLLMOptions):
@@ -52,7 +58,6 @@ class EngineSettings(VLLMOptions):
 
     model: str = Field(description="HF checkpoint directory (or name vLLM can load offline)")
     tokenizer: str | None = None
-    dtype: str = "auto"
     max_model_len: int = Field(8192, gt=0)
     seed: int = 0
     distributed_executor_backend: Literal["mp", "ray"] | None = Field(
@@ -60,6 +65,14 @@ class EngineSettings(VLLMOptions):
 
     def on_cpu(self) -> bool:
         return self.device == "cpu" or (self.device == "auto" and installed_vllm_is_cpu())
+
+    def resolved_dtype(self) -> tuple[str, str]:
+        """The dtype vLLM loads with, and why (on CPU: handoff.engine.cpu.choose_dtype)."""
+        if not self.on_cpu():
+            return self.dtype, f"engine.dtype={self.dtype}"
+        from handoff.engine.cpu import choose_dtype, kernel_flags
+
+        return choose_dtype(self.dtype, kernel_flags())
 
 
 class EngineStats(BaseModel):
@@ -112,7 +125,8 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     """Environment variables vLLM must see before it is imported, for these settings."""
     if not settings.on_cpu():
         return {}
-    return {
+    threads = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(settings.threads)} if settings.threads else {}
+    return threads | {
         "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),  # default would reserve ~9 GiB
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine core: loads in ~3 s, not ~19 s
         "VLLM_TARGET_DEVICE": "cpu",
@@ -121,7 +135,8 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     }
 
 
-def engine_args(settings: EngineSettings) -> Any:
+def engine_args(settings: EngineSettings, dtype: str | None = None) -> Any:
+    """vLLM's engine arguments; `dtype` replaces settings.dtype (its resolved value)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     # On CPU, prompts are prefilled whole: vLLM-CPU's seeded sampling (temperature > 0) dies when the
@@ -131,7 +146,7 @@ def engine_args(settings: EngineSettings) -> Any:
     return AsyncEngineArgs(
         model=settings.model,
         tokenizer=settings.tokenizer,
-        dtype=settings.dtype,
+        dtype=dtype or settings.dtype,
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
         tensor_parallel_size=settings.tensor_parallel_size,
@@ -226,7 +241,9 @@ class AsyncVLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         started = time.perf_counter()
-        self._llm = AsyncLLM.from_engine_args(engine_args(settings))
+        self.dtype, self.dtype_reason = settings.resolved_dtype()
+        logger.info("%s: dtype %s (%s)", settings.model, self.dtype, self.dtype_reason)
+        self._llm = AsyncLLM.from_engine_args(engine_args(settings, self.dtype))
         self._stats = EngineStats(load_seconds=time.perf_counter() - started)
         self.max_model_len = self._llm.vllm_config.model_config.max_model_len
 
@@ -237,6 +254,12 @@ class AsyncVLLMEngine:
 
         Raises ContextOverflowError when the prompt leaves no room for a single new token.
         """
+        return (await self.generate_counted(prompt_ids, sampling, request_id))[0]
+
+    async def generate_counted(
+        self, prompt_ids: list[int], sampling: Sampling, request_id: str | None = None
+    ) -> tuple[Generation, int]:
+        """`generate`, and how many of the prompt's tokens the prefix cache served."""
         from vllm.inputs import TokensPrompt
 
         room = self.max_model_len - len(prompt_ids)
@@ -254,8 +277,9 @@ class AsyncVLLMEngine:
         if final is None:  # pragma: no cover - vLLM always yields a final output
             raise RuntimeError(f"vLLM returned nothing for request {request_id}")
         generation = to_generation(final.outputs[0], sampling.logprobs)
-        self._count(len(prompt_ids), final.num_cached_tokens or 0, len(generation.token_ids))
-        return generation
+        cached = final.num_cached_tokens or 0
+        self._count(len(prompt_ids), cached, len(generation.token_ids))
+        return generation, cached
 
     def _count(self, prompt: int, cached: int, generated: int) -> None:
         self._stats.requests += 1

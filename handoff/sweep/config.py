@@ -30,8 +30,11 @@ EXECUTION_KEYS = (
     "run_dir", "resume", "cluster", "workers", "max_attempts", "episode_timeout_s", "logger",
     "engine.replicas", "engine.cpus", "engine.gpu_memory_utilization", "engine.kv_cache_gib",
     "engine.max_num_seqs", "engine.max_restarts", "engine.request_timeout_s", "engine.load_timeout_s",
-    "engine.script.delay_s", "engine.script.load_delay_s", "engine.script.service_log", "schedule",
+    "engine.threads", "engine.script.delay_s", "engine.script.load_delay_s", "engine.script.service_log", "schedule", "verbose",
 )
+# Keys left out of the hash while they hold these values, so that runs from before the key existed
+# resume (engine.dtype auto: the engine decides from its CPU, handoff.engine.cpu).
+UNHASHED_DEFAULTS = {"engine.dtype": "auto"}
 
 
 class ModelConfig(Strict):
@@ -186,6 +189,7 @@ class SweepConfig(Strict):
     max_attempts: int = Field(3, ge=1)
     episode_timeout_s: float = Field(1800, gt=0)
     schedule: Literal["sequential", "rolling"] = "rolling"
+    verbose: bool = False  # engine, worker and library logs on the terminal instead of <run>/logs/
     model: dict[str, ModelConfig] = Field(min_length=1)
     domain: dict[str, DomainConfig] = Field(min_length=1)
     user: UserConfig
@@ -355,7 +359,8 @@ def user_checkpoint(cfg: SweepConfig) -> Checkpoint | None:
 def result_config(data: dict, prefix: str = "") -> dict:
     """The part of the resolved config that decides the results (EXECUTION_KEYS left out)."""
     return {k: result_config(v, f"{prefix}{k}.") if isinstance(v, dict) else v
-            for k, v in data.items() if f"{prefix}{k}" not in EXECUTION_KEYS}
+            for k, v in data.items()
+            if f"{prefix}{k}" not in EXECUTION_KEYS and UNHASHED_DEFAULTS.get(f"{prefix}{k}", ...) != v}
 
 
 def config_hash(data: dict) -> str:
