@@ -47,9 +47,9 @@ class RecordingHost(EngineHost):
         super().__init__(*args)
         self.log: list = []
 
-    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None) -> dict:
+    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None, label=None) -> dict:
         started = time.time()
-        out = await super().generate(prompt_ids, sampling, request_id, checkpoint)
+        out = await super().generate(prompt_ids, sampling, request_id, checkpoint, label)
         self.log.append((list(prompt_ids), sampling, started, time.time(), len(out["token_ids"])))
         return out
 
@@ -70,7 +70,7 @@ class RecordingDriver(Driver):
     profile_dir: Path | None = None
 
     def new_engine(self, ck, role: str):
-        return recording_engine(ck, self.cfg.engine, role)
+        return recording_engine(ck, self.engine_config(), role)
 
     def launch_engines(self, ck, role: str):
         ref = super().launch_engines(ck, role)
@@ -146,7 +146,7 @@ def standalone_phase(driver: RecordingDriver) -> dict:
     import ray
 
     ck, records = driver.ckpts[0], driver.records
-    host = recording_engine(ck, driver.cfg.engine, "agent")
+    host = recording_engine(ck, driver.engine_config(), "agent")
     ray.get(host.ready.remote(), timeout=900)
     checkpoint = ck.model_dump(mode="json")
     ray.get(host.generate.remote(records[0][0], records[0][1], "warm-up", checkpoint), timeout=600)

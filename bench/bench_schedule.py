@@ -59,7 +59,7 @@ class SyntheticEpisodes:
 
     TURNS: dict = {}
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, log_dir: str | None = None):
         from handoff.sweep.config import SweepConfig
 
         self.cfg = SweepConfig.model_validate(config)

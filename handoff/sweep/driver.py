@@ -22,15 +22,14 @@ partial/<id>.jsonl for the next resume.
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
-from tqdm import tqdm
-
 from handoff.records import EpisodeRecord
-from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
+from handoff.sweep.config import Checkpoint, ConfigError, EngineConfig, SweepConfig, user_checkpoint
 from handoff.sweep.engines import (
     EngineHost,
     EngineUnavailableError,
@@ -39,7 +38,9 @@ from handoff.sweep.engines import (
     one_engine,
     replica_options,
 )
+from handoff.sweep.logs import log_dir
 from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
 from handoff.sweep.worker import EngineRef, EpisodeWorker
@@ -149,6 +150,8 @@ class Driver:
         self.failures = 0
         self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
         self.progress = progress
+        self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
+        self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # execute() makes the sweep's
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of an EngineRef (TP>1 on GPUs)
@@ -172,15 +175,25 @@ class Driver:
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
         GPU node, or in a placement group of its own (TP>1 on GPUs)."""
-        e = self.cfg.engine
+        e = self.engine_config()
         options = replica_options(e)
         actor = self.ray.remote(EngineHost).options(
             **options, max_restarts=e.max_restarts, max_task_retries=-1, max_concurrency=1000,
             runtime_env={"env_vars": actor_env(ck, e)})
-        handle = actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role)
+        handle = actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role, self.log_dir)
         if "scheduling_strategy" in options:
             self.groups[handle._actor_id] = options["scheduling_strategy"].placement_group
         return handle
+
+    def engine_config(self) -> EngineConfig:
+        """The engine group as replicas get it. A vLLM-CPU engine on the cluster the sweep started on
+        this machine without `engine.threads` computes on this machine's cores, shared among the
+        replicas alive at once (vLLM's own binding would leave one core out: on 2 cores, 1 thread)."""
+        e = self.cfg.engine
+        if e.threads is not None or e.kind != "vllm" or e.device != "cpu" or self.cfg.cluster.address is not None:
+            return e
+        cores = self.cfg.cluster.num_cpus or os.cpu_count() or 1
+        return e.model_copy(update={"threads": max(1, cores // (self.engine_sets() * e.replicas))})
 
     def launch_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
@@ -237,7 +250,7 @@ class Driver:
         actor = self.ray.remote(self.worker_cls).options(
             num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=self.cfg.max_attempts)
         config = self.cfg.model_dump(mode="json")
-        self.workers = [actor.remote(config) for _ in range(n)]
+        self.workers = [actor.remote(config, self.log_dir) for _ in range(n)]
         self.load = [0] * n
 
     def wait_workers(self) -> None:
@@ -262,8 +275,7 @@ class Driver:
         node_gpus = max((n["Resources"].get("GPU", 0) for n in self.ray.nodes() if n["Alive"]), default=0)
         check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0), node_gpus)
         missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
-        bar = tqdm(total=self.total, initial=self.total - missing, unit="ep", desc=self.cfg.name,
-                   disable=not self.progress, dynamic_ncols=True)
+        bar = self.bar = Progress(self._episodes_per_checkpoint(), self.cfg.episode.max_steps, self.progress)
         self._postfix(bar)
         pending = self.pending
         user_ck, user_ref = self._user_checkpoint(), None
@@ -284,7 +296,17 @@ class Driver:
             for w in self.workers:
                 self.ray.kill(w)
             bar.close()
+            bar.save(self.run.root / "logs" / "engines.json")
         return self.summary()
+
+    def _episodes_per_checkpoint(self) -> dict[str, tuple[int, int]]:
+        """Checkpoint name -> (episodes recorded already, episodes in all)."""
+        out = {ck.name: (0, 0) for ck in self.ckpts}
+        for st in self.states.values():
+            done, total = out.get(st.shard.model, (0, 0))
+            recorded = len(st.shard.episodes) if st.shard.id not in self.todo else len(st.records)
+            out[st.shard.model] = (done + recorded, total + len(st.shard.episodes))
+        return out
 
     def summary(self) -> Summary:
         todo = self.todo
@@ -377,6 +399,7 @@ class Driver:
                     continue
                 placement.finished(item.slot, record)
                 self._record(item.state, record, bar)
+            bar.poll(self.ray, self._replicas(placement, user, live))
             if loads:
                 placement.check_load_timeouts()
             if self.outage is None:  # an outage does not count against the episodes' time
@@ -387,6 +410,14 @@ class Driver:
                         placement.finished(item.slot, None)
                         self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"),
                                      placement, bar)
+        bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
+
+    @staticmethod
+    def _replicas(placement, user: EngineRef | None, live: Live | None) -> list:
+        """The alive engine replicas that serve these episodes (for their request counters)."""
+        sets = placement.engine_sets() + ([user] if user is not None else [])
+        alive = {r._actor_id: r for ref in sets for r in ref.replicas if live is None or r._actor_id in live.alive}
+        return list(alive.values())
 
     HEALTH_EVERY_S = 2.0
 
@@ -436,7 +467,7 @@ class Driver:
             return
         st.records[record.key] = record
         self.run.append_partial(st.shard.id, record)
-        bar.update(1)
+        bar.episode_done(st.shard.model, requests_of(record))
         if st.complete:
             self._finish(st)
 
@@ -448,6 +479,8 @@ class Driver:
         if not st.failed:
             st.failed = True
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
+            last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+            self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
         """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine

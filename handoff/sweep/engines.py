@@ -188,12 +188,17 @@ class EngineHost:
     checkpoint in place (the rolling schedule); each request names the checkpoint it expects, and a
     replica that Ray restarted (constructed with its first checkpoint) loads the requested one."""
 
-    def __init__(self, checkpoint: dict, engine: dict, role: str):
+    def __init__(self, checkpoint: dict, engine: dict, role: str, log_dir: str | None = None):
+        from handoff.sweep.logs import ActorOutput
+
+        self.out = ActorOutput(log_dir, f"engine-{role}")  # the process's output to <run>/logs/ unless verbose
         self.checkpoint = Checkpoint.model_validate(checkpoint)
         self.config = EngineConfig.model_validate(engine)
         self.role = role
         self._engine = None
         self._loading = asyncio.Lock()
+        self._served: dict = {}  # served(): counters per checkpoint and role
+        self._turns: dict[str, int] = {}  # requests so far per session
 
     def _serves(self, ck: Checkpoint) -> bool:
         """Whether the engine built for the held checkpoint serves `ck` (one_engine)."""
@@ -210,6 +215,19 @@ class EngineHost:
         return self._engine
 
     async def _build(self):
+        try:
+            engine = await self._new_engine()
+        except Exception:
+            self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed to load", traceback.format_exc())
+            raise
+        if hasattr(engine, "dtype"):
+            threads = f"{engine.settings.threads} threads" if engine.settings.threads else "vLLM's thread binding"
+            self.out.say(f"engine {self.checkpoint.name} ({self.role}) loaded: dtype {engine.dtype} "
+                         f"({engine.dtype_reason}), {threads}; "
+                         f"its log: {self.out.path or 'this terminal (verbose)'}")
+        return engine
+
+    async def _new_engine(self):
         if self.config.kind == "scripted":
             script = ScriptConfig.model_validate(self.config.script)
             await asyncio.sleep(script.load_delay_s)
@@ -256,19 +274,47 @@ class EngineHost:
         return True
 
     async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
-                       checkpoint: dict | None = None) -> dict:
+                       checkpoint: dict | None = None, label: list[str] | None = None) -> dict:
+        """Complete `prompt_ids`; `label` ([checkpoint, role] of the episode) is what served() counts it under."""
         expected = Checkpoint.model_validate(checkpoint) if checkpoint is not None else None
+        started = time.monotonic()
         try:
             engine = await self._ensure(expected)
-            generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
+            params = Sampling.model_validate(sampling)
+            if hasattr(engine, "generate_counted"):
+                generation, cached = await engine.generate_counted(prompt_ids, params, request_id)
+            else:
+                generation, cached = await engine.generate(prompt_ids, params, request_id), 0
         except (ContextOverflowError, StaleCheckpoint):
             raise
-        except Exception:  # to the actor's stderr, which Ray sends to the driver's (and a job's) log
-            traceback.print_exc()
-            print(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}", file=sys.stderr,
-                  flush=True)
+        except Exception:  # on the terminal, as Ray forwards it to the driver's (and a job's) log
+            self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}",
+                             traceback.format_exc())
             raise
+        self._count(label, request_id, len(prompt_ids), cached, len(generation.token_ids), time.monotonic() - started)
         return generation.model_dump()
+
+    def _count(self, label: list[str] | None, request_id: str, prompt: int, cached: int, generated: int,
+               seconds: float) -> None:
+        name, role = label or (self.checkpoint.name, self.role)
+        session = request_id.rsplit("/", 1)[0]
+        turn = self._turns[session] = self._turns.get(session, 0) + 1
+        c = self._served.setdefault(name, {}).setdefault(role, {"requests": 0, "prompt_tokens": 0,
+                                                                "cached_prompt_tokens": 0, "generated_tokens": 0,
+                                                                "request_s": 0.0, "turns": {}})
+        for counters in (c, c["turns"].setdefault(str(turn), {"requests": 0, "prompt_tokens": 0,
+                                                               "cached_prompt_tokens": 0})):
+            counters["requests"] += 1
+            counters["prompt_tokens"] += prompt
+            counters["cached_prompt_tokens"] += cached
+        c["generated_tokens"] += generated
+        c["request_s"] += seconds
+
+    async def served(self) -> dict:
+        """What this replica served since it started, per checkpoint and role (the episode's, from the
+        request's label): requests, prompt, cached and generated tokens, request seconds, and
+        requests, prompt and cached tokens per turn of a session (1 = its first request)."""
+        return self._served
 
 
 def route(session_id: str | None, n: int) -> int:
@@ -284,10 +330,11 @@ class RayEngineClient:
     POLL_S = 5.0  # how often a pending request checks that its replica is alive
 
     def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None,
-                 load_timeout_s: float = 900, name: str = "engine"):
+                 load_timeout_s: float = 900, name: str = "engine", label: list[str] | None = None):
         self.replicas, self.timeout_s, self.load_timeout_s = list(replicas), timeout_s, load_timeout_s
         self.checkpoint = checkpoint.model_dump(mode="json") if checkpoint is not None else None
         self.name = name
+        self.label = label  # [checkpoint, role] of the episode: what the replica counts the request under
 
     def generate(self, prompt_ids: list[int], sampling: Sampling, session_id: str | None = None) -> Generation:
         import ray
@@ -295,7 +342,7 @@ class RayEngineClient:
         index = route(session_id, len(self.replicas))
         replica = self.replicas[index]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
-        ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint)
+        ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint, self.label)
         try:
             return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
         except ray.exceptions.RayTaskError as exc:

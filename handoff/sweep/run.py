@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import traceback
 from dataclasses import asdict
@@ -189,9 +190,12 @@ def local_resources(cluster: ClusterConfig) -> tuple[float, float]:
 
 
 @contextlib.contextmanager
-def ray_cluster(cluster: ClusterConfig):
+def ray_cluster(cluster: ClusterConfig, verbose: bool = True):
     """Ray for the sweep: an existing one (already initialized, or cluster.address), or an embedded
-    local cluster that is shut down at the end. Never `ray stop`: other clusters may be running."""
+    local cluster that is shut down at the end. Never `ray stop`: other clusters may be running.
+    Unless `verbose`, Ray's own INFO lines stay off the terminal."""
+    import logging
+
     import ray
 
     if ray.is_initialized():
@@ -199,9 +203,12 @@ def ray_cluster(cluster: ClusterConfig):
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # log_to_driver: engine and worker output (a vLLM traceback, CUDA OOM) reaches the driver's log,
-    # and so a Ray Job's log.
-    common = dict(include_dashboard=False, log_to_driver=True, namespace="handoff")
+    if not sys.stderr.isatty():  # a Ray Job's or SLURM log: no colour codes around the actors' lines
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    # log_to_driver: what the engines and workers write to the terminal (a vLLM traceback, CUDA OOM;
+    # handoff.sweep.logs) reaches the driver's log, and so a Ray Job's log.
+    common = dict(include_dashboard=False, log_to_driver=True, namespace="handoff",
+                  logging_level=logging.INFO if verbose else logging.WARNING)
     # An embedded cluster without cluster.temp_dir gets a fresh short /tmp/rh-XXXX (AF_UNIX socket
     # paths must stay under 107 bytes), removed when it is shut down.
     made = None if cluster.address or cluster.temp_dir else tempfile.mkdtemp(prefix="rh-", dir="/tmp")
@@ -241,6 +248,8 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
 
 def _execute(prepared: Prepared, progress: bool) -> Summary:
     driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+    if progress:
+        print_plan(prepared, driver)
     if not driver.pending:
         return driver.summary()
     cluster = prepared.sweep.cluster
@@ -248,9 +257,17 @@ def _execute(prepared: Prepared, progress: bool) -> Summary:
     if not cluster.address:  # an embedded cluster: its size is known before it starts
         check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
     preflight.before_ray(prepared.sweep, local)
-    with ray_cluster(cluster):
+    with ray_cluster(cluster, prepared.sweep.verbose):
         serve_merged(driver, prepared.sweep, local)
         return driver.execute()
+
+
+def print_plan(prepared: Prepared, driver: Driver) -> None:
+    from handoff.sweep.progress import plan_lines
+
+    pending = sum(len(st.shard.episodes) - len(st.records) for st in driver.pending)
+    print("\n".join(plan_lines(prepared.sweep, prepared.ckpts, prepared.shards, pending, prepared.run.root,
+                               driver.log_dir)), file=sys.stderr, flush=True)
 
 
 def _ray_initialized() -> bool:

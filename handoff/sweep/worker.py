@@ -33,7 +33,10 @@ def _chat(tokenizer_path: str, chat_template: str | None):
 class EpisodeWorker:
     """Runs episodes (use through ray.remote with max_concurrency = threads)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, log_dir: str | None = None):
+        from handoff.sweep.logs import ActorOutput
+
+        self.out = ActorOutput(log_dir, "worker")  # the process's output to <run>/logs/ unless verbose
         import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
         import handoff.agent.episode  # noqa: F401 - tau2, litellm and the tool parser, imported while engines load
         import handoff.tasks  # noqa: F401
@@ -61,14 +64,17 @@ class EpisodeWorker:
         ep = Episode.model_validate(episode)
         task = get_task(ep.domain, ep.task_id)
         spec = self._user_spec(user)
-        user_sim = self._user(spec, task, user, session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}")
-        result = run_episode(ep.domain, task, self._client(agent), self.chat(agent.checkpoint), user_sim,
+        user_sim = self._user(spec, task, user, session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}",
+                              model=ep.model)
+        result = run_episode(ep.domain, task, self._client(agent, ep.model), self.chat(agent.checkpoint), user_sim,
                              self._settings(agent.checkpoint), ep.seed, **self._evaluation(ep.domain))
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
-    def _client(self, ref: EngineRef) -> RayEngineClient:
+    def _client(self, ref: EngineRef, model: str) -> RayEngineClient:
+        """A client of `ref`'s replicas for an episode of checkpoint `model` (what they count requests under)."""
         e = self.cfg.engine
-        return RayEngineClient(ref.replicas, e.request_timeout_s, ref.checkpoint, e.load_timeout_s, ref.name)
+        return RayEngineClient(ref.replicas, e.request_timeout_s, ref.checkpoint, e.load_timeout_s, ref.name,
+                               label=[model, ref.role])
 
     def _user_spec(self, user: EngineRef | None):
         from handoff.agent.user import UserSpec
@@ -76,12 +82,12 @@ class EpisodeWorker:
         sampling = {"sampling": user.checkpoint.sampling} if user is not None else {}
         return UserSpec(**self.cfg.user.model_dump(exclude={"model"}), **sampling)
 
-    def _user(self, spec, task, user: EngineRef | None, session_id: str):
+    def _user(self, spec, task, user: EngineRef | None, session_id: str, model: str):
         from handoff.agent.user import make_user
 
         if user is None:  # an API user simulator (litellm)
             return make_user(spec, task)
-        return make_user(spec, task, engine=self._client(user), chat=self.chat(user.checkpoint),
+        return make_user(spec, task, engine=self._client(user, model), chat=self.chat(user.checkpoint),
                          session_id=session_id)
 
     def _settings(self, ck: Checkpoint):

@@ -1,0 +1,147 @@
+"""The default `make sweep` end to end, as a user runs it: wall time, CPU seconds per process kind, the
+lines its terminal shows, the load average around it, and the CPU model and flags.
+
+Each run is `python -m handoff.sweep <overrides> run_dir=<tmp>` in a fresh process, in a pseudo-terminal
+(as a user's terminal; `--no-tty` pipes it to a file as a Ray Job or SLURM log would). Measured:
+
+- `wall_s` (start of the process to its exit) and `sweep_s` (the sweep's own "N/N episodes in Ts");
+- `cpu_s` by process kind (the vLLM engine core, the engine actor, episode workers, the driver, Ray's
+  daemons), sampled from the process tree every second (a process's last sample before it exits);
+- `terminal_lines`: lines written (a progress bar redrawn in place with carriage returns is one line;
+  `carriage_returns` counts the redraws);
+- the run's engine counters where the sweep wrote them (<run>/logs/engines.json: requests, prompt,
+  cached and generated tokens per checkpoint and role, prefix-cache hits per turn);
+- `load_average` at the start and end, and its mean over the run (other work on the machine slows
+  every wall-clock figure: they are upper bounds under load).
+
+`--emulate avx2` runs under bench/emulate/avx2 (an AVX2-only CPU approximated on an AVX-512 one).
+
+    python -m bench.bench_sweep [--runs 3] [--emulate avx2] [--no-tty] [-- OVERRIDES...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KINDS = (("engine core", "VLLM::Engine"), ("engine actor", "EngineHost"), ("episode workers", "EpisodeWorker"),
+         ("driver", "handoff.sweep"), ("ray daemons", ""))
+
+
+def kind_of(cmdline: str) -> str:
+    for kind, marker in KINDS:
+        if marker and marker in cmdline:
+            return kind
+    return "ray daemons"
+
+
+class TreeSampler(threading.Thread):
+    """CPU seconds of every process under `pid`, by kind, sampled every second."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.last, self.loads = pid, {}, []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.done.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    self.last[p.pid] = (kind_of(" ".join(p.cmdline()) or p.name()), t.user + t.system)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self.loads.append(os.getloadavg()[0])
+            self.done.wait(1.0)
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for kind, cpu in self.last.values():
+            out[kind] = round(out.get(kind, 0.0) + cpu, 1)
+        return out
+
+
+def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int) -> dict:
+    run_dir = work / f"run{index}"
+    cmd = [sys.executable, "-m", "handoff.sweep", *overrides, f"run_dir={run_dir}"]
+    out_path = work / f"terminal{index}.txt"
+    if tty:  # util-linux script: a pseudo-terminal of 120 columns, output to out_path
+        inner = f"stty cols 120 rows 40; exec {shlex.join(cmd)}"
+        argv = ["script", "-q", "-e", "-c", inner, str(out_path)]
+    else:
+        argv = cmd
+    load0, started = os.getloadavg(), time.monotonic()
+    with open(os.devnull if tty else out_path, "w") as sink:
+        proc = subprocess.Popen(argv, cwd=HERE.parent, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        code = proc.wait()
+    wall = time.monotonic() - started
+    sampler.done.set()
+    sampler.join()
+    text = out_path.read_text(errors="replace", newline="").replace("\r\n", "\n")  # a pty ends lines with \r\n
+    if tty and text.startswith("Script started"):
+        text = text.split("\n", 1)[1].rsplit("\nScript done", 1)[0] + "\n"
+    summary = re.search(r"(\d+)/(\d+) episodes in (\d+)s", text)
+    engines = run_dir / "logs" / "engines.json"
+    return {
+        "exit": code, "wall_s": round(wall, 1), "sweep_s": int(summary[3]) if summary else None,
+        "episodes": f"{summary[1]}/{summary[2]}" if summary else None,
+        "cpu_s": sampler.by_kind(), "terminal_lines": text.count("\n"), "carriage_returns": text.count("\r"),
+        "load_average": {"start": load0[0], "end": os.getloadavg()[0],
+                         "mean": round(sum(sampler.loads) / max(1, len(sampler.loads)), 2)},
+        "engines": json.loads(engines.read_text()) if engines.is_file() else None,
+        "terminal": str(out_path), "run_dir": str(run_dir),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--emulate", choices=["avx2"])
+    ap.add_argument("--no-tty", action="store_true")
+    ap.add_argument("--worker-nice", type=int, help="Ray's worker niceness (RAY_worker_niceness; Ray's default 15 "
+                    "lets any other work on the machine take the engine's CPU)")
+    ap.add_argument("--work", help="where the runs and terminal captures go (default: a temporary directory)")
+    ap.add_argument("--out")
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    if args.emulate:
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "emulate" / args.emulate), str(HERE.parent),
+                                             env.get("PYTHONPATH", "")])
+        os.environ["HANDOFF_EMULATE_CPU"] = args.emulate
+    if args.worker_nice is not None:
+        env["RAY_worker_niceness"] = str(args.worker_nice)
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-sweep-"))
+    work.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i in range(args.runs):
+        runs.append(one_run(args.overrides, not args.no_tty, env, work, i))
+        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    from bench.common import report
+
+    report("bench_sweep", {"overrides": args.overrides, "emulated": args.emulate, "tty": not args.no_tty,
+                           "worker_nice": args.worker_nice, "runs": runs}, args.out)
+
+
+if __name__ == "__main__":
+    main()

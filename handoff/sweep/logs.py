@@ -1,0 +1,92 @@
+"""Where a sweep's output goes (docs/sweep.md, "What the terminal shows").
+
+The terminal (and so a Ray Job's log or a SLURM log) gets what the user needs: the plan, the
+progress, warnings about the inputs, errors with their tracebacks, and where the results are. The
+engines', the workers' and the libraries' own logs (vLLM, torch, Ray) go to files in <run>/logs/,
+one per actor process; `verbose=true` leaves them on the terminal, as they were before.
+
+An actor process sends its file descriptors 1 and 2 (print, Python logging, C++ libraries, child
+processes such as vLLM's engine core) to its log file and keeps a stream to its original stderr,
+which Ray forwards to the driver's terminal: what must reach the user (an engine's failure with its
+traceback) is written there as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+LOGS = "logs"
+TAIL_LINES = 40  # of an actor's log, shown on the terminal with its failure
+
+
+def log_dir(run_root: str | Path, verbose: bool) -> str | None:
+    """The directory actors log into; None (the terminal) when verbose."""
+    return None if verbose else str(Path(run_root).resolve() / LOGS)
+
+
+class ActorOutput:
+    """An actor process's output: `terminal` reaches the driver's terminal (and a Ray Job's log);
+    everything else the process writes goes to `path` (None: verbose, all on the terminal)."""
+
+    def __init__(self, directory: str | None, name: str):
+        self.path: Path | None = None
+        self.terminal: TextIO = sys.stderr
+        self._seen: set[str] = set()
+        if directory is not None:
+            self._redirect(Path(directory) / f"{name}-{os.getpid()}.log")
+        _log_to_stderr()
+
+    def _redirect(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:  # e.g. a node that does not see the run directory
+            print(f"cannot log to {path} ({exc}); this process logs to the terminal", file=sys.stderr, flush=True)
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.terminal = os.fdopen(os.dup(2), "w", buffering=1)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.path = path
+
+    def say(self, line: str) -> None:
+        """One line on the terminal (and in the log file)."""
+        print(line, file=self.terminal, flush=True)
+        if self.path is not None:
+            print(line, file=sys.stderr, flush=True)
+
+    def failure(self, what: str, formatted: str) -> None:
+        """An error with its traceback on the terminal, after the end of this process's log (where a
+        library's own account of it is, e.g. vLLM's engine core's); a repeat of the same error is
+        one line."""
+        key = formatted.strip().splitlines()[-1] if formatted.strip() else what
+        if key in self._seen:
+            self.say(f"{what}: {key}")
+            return
+        self._seen.add(key)
+        if self.path is None:
+            print(f"{what}\n{formatted}", file=self.terminal, flush=True)
+            return
+        tail = self.path.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        print(formatted, file=sys.stderr, flush=True)
+        head = (f"{what}. The last {len(tail)} lines of {self.path} before it:\n" + "".join(f"  {ln}\n" for ln in tail)
+                if tail else f"{what} (its log: {self.path}):\n")
+        self.terminal.write(head + formatted.rstrip("\n") + "\n")
+        self.terminal.flush()
+
+
+def _log_to_stderr() -> None:
+    """handoff's own log records (e.g. the engine's dtype choice) to stderr: the log file, or the
+    terminal when verbose."""
+    logger = logging.getLogger("handoff")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)

@@ -1,0 +1,163 @@
+"""What a sweep's terminal shows: the progress (episodes and engine requests per checkpoint, with a rate
+and the time left) as plain lines in a stream that is not a terminal (a Ray Job's or SLURM log), and an
+actor's output routed to its log file while its failures, with their tracebacks, still reach the
+terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from handoff.sweep.progress import Counts, Progress, describe, estimate
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def served(agent: int, user: int, cached: int = 0) -> dict:
+    def role(n):
+        return {"requests": n, "prompt_tokens": 100 * n, "cached_prompt_tokens": cached, "generated_tokens": 10 * n,
+                "request_s": 1.0 * n, "turns": {"1": {"requests": n, "prompt_tokens": 100 * n, "cached_prompt_tokens": 0}}}
+    return {"ck": {"agent": role(agent), "user": role(user)}}
+
+
+def test_progress_in_a_file_is_plain_lines_at_most_every_interval():
+    out, clock = io.StringIO(), Clock()
+    progress = Progress({"ck": (0, 8)}, max_steps=12, stream=out, every_s=30, clock=clock)
+    assert not progress.tty
+    progress.served("replica-1", served(3, 2))  # first requests seen at t=1000
+    clock.now += 60
+    progress.served("replica-1", served(12, 11))
+    progress.show()
+    clock.now += 10  # within the interval: nothing new is printed
+    progress.episode_done("ck", requests=10)
+    clock.now += 30
+    progress.episode_done("ck", requests=14)
+    progress.close()
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert lines == [
+        "[progress] ck: episodes 0/8, requests 23 (agent 12, user 11), 23.0/min, <=3 min left",
+        "[progress] ck: episodes 2/8, requests 23 (agent 12, user 11), 13.8/min, ~5 min left",
+        "[progress] ck: episodes 2/8, requests 23 (agent 12, user 11), 13.8/min, ~5 min left",
+    ]
+
+
+def test_progress_sums_replicas_and_counts_only_what_moves():
+    out, clock = io.StringIO(), Clock()
+    progress = Progress({"ck": (0, 2), "other": (0, 2)}, max_steps=12, stream=out, every_s=0, clock=clock)
+    progress.served("replica-1", served(2, 1))
+    progress.served("replica-2", served(1, 1))
+    clock.now += 6
+    progress.show()
+    assert progress.counts["ck"].requests == {"agent": 3, "user": 2}
+    assert out.getvalue().splitlines() == ["[progress] ck: episodes 0/2, requests 5 (agent 3, user 2), 50.0/min, "
+                                           "<=23 s left"]  # `other` has no requests yet: no line
+
+
+def test_estimate_is_a_bound_until_an_episode_finishes_then_the_mean():
+    c = Counts(episodes_total=4, requests={"agent": 6, "user": 4}, first_request=0.0)
+    per_min, left, bound = estimate(c, max_steps=12, now=60.0)
+    assert (per_min, left, bound) == (10.0, (4 * 12 - 10) * 6.0, True)
+    c.episodes_done, c.requests_done_episodes = 1, 8
+    assert estimate(c, 12, 60.0) == (10.0, (4 * 8 - 10) * 6.0, False)
+    c.episodes_done = 4
+    assert estimate(c, 12, 60.0)[1] == 0 and "left" not in describe("ck", c, 12, 60.0)
+    assert estimate(Counts(episodes_total=4), 12, 60.0) == (None, None, False)
+
+
+def test_engine_counters_are_saved_with_hit_rates_and_the_user_share(tmp_path):
+    progress = Progress({"ck": (0, 8)}, max_steps=12, enabled=False)
+    progress.served("replica-1", served(3, 1, cached=150))
+    progress.save(tmp_path / "engines.json")
+    saved = json.loads((tmp_path / "engines.json").read_text())
+    assert saved["user_share_of_requests"] == {"ck": 0.25}
+    assert saved["served"]["ck"]["agent"]["prefix_cache_hit_rate"] == 0.5
+    assert saved["served"]["ck"]["user"]["turns"]["1"]["requests"] == 1
+
+
+ACTOR = textwrap.dedent("""
+    import os, subprocess, sys, traceback
+    from handoff.sweep.logs import ActorOutput
+    out = ActorOutput(sys.argv[1] if len(sys.argv) > 1 else None, "engine-agent")
+    print("library noise on stdout")
+    os.write(2, b"C++ noise on fd 2\\n")
+    subprocess.run([sys.executable, "-c", "import sys; print('child noise', file=sys.stderr)"])
+    out.say("engine ready")
+    try:
+        raise RuntimeError("CPU Generator does not use offset")
+    except RuntimeError:
+        out.failure("engine ck (agent) failed request r1", traceback.format_exc())
+        out.failure("engine ck (agent) failed request r2", traceback.format_exc())
+""")
+
+
+def run_actor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ACTOR, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_an_actors_output_goes_to_its_log_and_its_failure_to_the_terminal(tmp_path):
+    proc = run_actor(str(tmp_path / "logs"))
+    assert proc.returncode == 0, proc.stderr
+    assert "noise" not in proc.stdout
+    terminal = proc.stderr
+    log = next((tmp_path / "logs").glob("engine-agent-*.log")).read_text()
+    for line in ("library noise on stdout", "C++ noise on fd 2", "child noise", "engine ready",
+                 "RuntimeError: CPU Generator does not use offset"):
+        assert line in log
+    assert terminal.startswith("engine ready\n")
+    # the failure: the end of the log (what the library said before it) and the traceback
+    assert "engine ck (agent) failed request r1. The last" in terminal
+    assert "  child noise" in terminal and "Traceback (most recent call last)" in terminal
+    assert terminal.count("Traceback") == 1  # the repeat is one line
+    assert terminal.rstrip().endswith("failed request r2: RuntimeError: CPU Generator does not use offset")
+
+
+def test_verbose_leaves_the_output_on_the_terminal(tmp_path):
+    proc = run_actor()
+    assert proc.returncode == 0, proc.stderr
+    assert "library noise on stdout" in proc.stdout
+    assert "C++ noise on fd 2" in proc.stderr and "child noise" in proc.stderr
+    assert "Traceback (most recent call last)" in proc.stderr and not list(tmp_path.iterdir())
+
+
+SCRIPTED = ["engine=scripted", "domain=[airline,retail]", "tasks.per_kind=null", "tasks.limit=1", "shard_size=1",
+            "workers.processes=1", "workers.threads=2", "logger.mode=disabled", "cluster.num_cpus=2", "max_attempts=1",
+            "engine.script.fail_sessions='^user/[^/]+/retail/'"]  # every retail user turn fails on the engine
+
+
+@pytest.mark.ray
+def test_a_sweep_in_a_log_file_shows_plan_progress_and_the_engines_traceback(tmp_path):
+    """A scripted sweep as a Ray Job or SLURM log sees it (a pipe): the plan, progress lines without
+    carriage returns, the engine's failure with its traceback, the failed shard, where the results are;
+    the actors' own output is in <run>/logs/."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "handoff.sweep", *SCRIPTED, f"run_dir={run_dir}"],
+                          capture_output=True, text=True, timeout=600)
+    terminal = proc.stdout + proc.stderr
+    assert proc.returncode == 1, terminal[-5000:]  # the retail shard failed
+    assert "\r" not in terminal
+    assert "sweep default: 1 checkpoint(s) (smollm2-135m-instruct) x domains airline, retail: 2 episodes" in terminal
+    assert f"logs: {run_dir / 'logs'}/ (verbose=true shows them here)" in terminal
+    assert "[progress] smollm2-135m-instruct: episodes 1/2, requests" in terminal
+    assert "RuntimeError: scripted failure for user/smollm2-135m-instruct/retail/" in terminal
+    assert "Traceback (most recent call last)" in terminal and "\x1b[" not in terminal
+    assert "shard smollm2-135m-instruct__retail__t0__0000 failed: " in terminal
+    assert f"results: {run_dir / 'shards'}" in terminal
+    engine_logs = "".join(p.read_text() for p in (run_dir / "logs").glob("engine-*.log"))
+    assert "RuntimeError: scripted failure for user/" in engine_logs
+    assert list((run_dir / "logs").glob("worker-*.log"))
+    served = json.loads((run_dir / "logs" / "engines.json").read_text())["served"]["smollm2-135m-instruct"]
+    assert served["agent"]["requests"] >= 1 and served["user"]["requests"] >= 1
+    assert len(terminal.splitlines()) <= 40, terminal
