@@ -13,9 +13,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.report import reduce_run, write_report
+    from handoff.report import RunDir, write_report
+    from handoff.report.reducer import reduce_locked
 
-    paths = write_report(args.run_dir, reduce_run(args.run_dir))
+    run = RunDir(args.run_dir)
+    with run.reducing():  # one reducer or report writer of a run at a time
+        paths = write_report(run.root, reduce_locked(run))
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

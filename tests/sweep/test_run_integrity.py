@@ -116,6 +116,22 @@ def test_the_sweep_holds_its_lock_and_the_reducer_lock_while_it_reduces_and_logs
     assert not held(run.lock_path) and not held(run.reduce_lock_path)  # released at the end
 
 
+def test_handoff_report_holds_the_reducer_lock_while_it_writes(tmp_path, monkeypatch):
+    import handoff.report
+    from handoff.cli import main
+
+    run_dir = finished_run(tmp_path / "run")
+    real, seen = handoff.report.write_report, []
+
+    def write_report(*args):
+        seen.append(held(RunPaths(run_dir).reduce_lock_path))
+        return real(*args)
+
+    monkeypatch.setattr(handoff.report, "write_report", write_report)
+    assert main(["report", str(run_dir)]) == 0
+    assert seen == [True] and RunPaths(run_dir).report_md.is_file()
+
+
 # -- 3: a re-saved checkpoint -------------------------------------------------------------------------
 def test_a_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
     ckpt = tmp_path / "global_step_10"
