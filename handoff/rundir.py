@@ -14,7 +14,8 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
       export/<ckpt>__<domain>.json  tau2 Results export
       wandb/                      W&B's own files (offline-run-*, unless logger.dir puts them elsewhere),
                                   logged.json (rows logged per W&B run), errors.txt when logging failed
-      report/                     report.md, report.html, plots/
+      report/                     report.md, report.html, plots/, episodes/ (index.html, data/,
+                                  transcripts/<shard>/: handoff.report.episodes)
 """
 
 from __future__ import annotations

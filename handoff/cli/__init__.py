@@ -20,8 +20,9 @@ EXAMPLES = """examples:
   handoff sweep --help                           config groups and options
   handoff sweep -m seed=0,1 'run_dir=runs/s${seed}'   one sweep per seed (multirun)
   handoff sweep resume=runs/default-20260101-120000   finish a stopped or failed run
-  handoff report runs/default-20260101-120000    report.md/html with plots
-  handoff compare runs/a runs/b                  paired differences with 95% intervals
+  handoff report runs/default-20260101-120000    report.md/html with plots, episode pages
+  handoff compare runs/a runs/b                  paired differences with 95% intervals, flips
+  handoff compare runs/a runs/b --html f.html    the flipped tasks' transcripts side by side
   handoff score results.json                     rules and reward of a tau2 results file
 
 exit status: 0 success; 1 some sweep shards failed (or a check found problems); 2 bad input
