@@ -258,7 +258,8 @@ def literal_secrets(overrides: list) -> list[str]:
     out = []
     for o in overrides:
         value = o.input_line.partition("=")[2]
-        if SECRET_KEY.search(o.key_or_group.rsplit(".", 1)[-1]) and value and "${" not in value:
+        literal = value not in ("", "null", "~", "''", '""') and "${" not in value
+        if SECRET_KEY.search(o.key_or_group.rsplit(".", 1)[-1]) and literal:
             out.append(f"{o.key_or_group}: a secret given literally would be recorded in the run directory and "
                        "W&B; pass it from the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")")
     return out

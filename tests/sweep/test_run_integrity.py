@@ -199,6 +199,9 @@ def test_a_literal_secret_override_is_refused_and_one_in_a_config_file_redacted(
     with pytest.raises(ConfigError, match="user.llm_args.api_key: a secret given literally"):
         prepare(compose(overrides), overrides)
     assert not (tmp_path / "run").exists()
+    for i, fine in enumerate(["+user.llm_args.api_key=null", "+user.llm_args.max_tokens=5"]):  # no secret; no secret's key
+        overrides = [*TINY, f"run_dir={tmp_path}/fine{i}", "user=litellm", fine]
+        prepare(compose(overrides), overrides).run.unlock()
     cfg = OmegaConf.create({"user": {"llm_args": {"api_key": "sk-literal", "max_tokens": 5, "base_url": "http://x"},
                                      "token": None, "access_token": "t0k"},
                             "path": "${oc.env:HOME}/x", "tokenizer": "tok"})
