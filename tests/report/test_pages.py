@@ -187,3 +187,21 @@ def test_browser_flips_page_shows_both_sides(run, tmp_path, capsys):
     first = shown.having(class_="sbs")[0]
     cells = [e for e in shown.found if e["tag"] == "td" and first in e["parents"]]
     assert len(cells) % 2 == 0 and all(c["text"].strip() for c in cells)
+
+
+def test_a_long_tool_result_is_folded_never_cut():
+    from html import escape
+
+    from handoff.records import EpisodeRecord
+    from handoff.report.transcripts import FOLD_CHARS, transcript_html
+    from handoff.scoring import Scorer
+    from tests.support.episodes import authenticated_retail
+
+    ep = authenticated_retail()
+    ep.call("list_all_product_types")
+    record = EpisodeRecord(model="m", domain="retail", task_id="88", seed=0,
+                           simulation=ep.simulation().model_dump(mode="json"))
+    html = transcript_html(record, Scorer().score(record))
+    long, short = ep.last_result().content, ep.messages[3].content
+    assert len(long) > FOLD_CHARS >= len(short)
+    assert html.count("<details>") == 1 and escape(long) in html and escape(short) in html
