@@ -125,8 +125,12 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     """Environment variables vLLM must see before it is imported, for these settings."""
     if not settings.on_cpu():
         return {}
+    # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own and refuses more
+    # workers than nodes ("Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers"):
+    # with TP > 1 the threads stay unbound (the OS schedules them on the cores Ray's reservation counts).
+    unbound = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"} if settings.tensor_parallel_size > 1 else {}
     threads = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(settings.threads)} if settings.threads else {}
-    return threads | {
+    return unbound | threads | {
         "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),  # default would reserve ~9 GiB
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine core: loads in ~3 s, not ~19 s
         "VLLM_TARGET_DEVICE": "cpu",
@@ -289,6 +293,12 @@ class AsyncVLLMEngine:
 
     async def stats(self) -> EngineStats:
         return self._stats.model_copy()
+
+    @property
+    def dead(self) -> bool:
+        """Whether vLLM's engine core died (its process, or a tensor-parallel worker of it, was lost):
+        it serves no request any more."""
+        return self._llm is not None and self._llm.errored
 
     async def reload(self, settings: EngineSettings) -> None:
         """Serve `settings`' checkpoint from now on with this engine (vLLM's reload_weights, no new

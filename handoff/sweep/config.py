@@ -114,6 +114,11 @@ class EngineConfig(VLLMOptions):
     def num_gpus(self) -> int:
         return self.tensor_parallel_size if self.device == "gpu" else 0
 
+    @property
+    def replica_cpus(self) -> float:
+        """Ray CPUs of one replica: engine.cpus for each of its tensor-parallel workers."""
+        return self.cpus * self.tensor_parallel_size
+
 
 class ClusterConfig(Strict):
     address: str | None = None

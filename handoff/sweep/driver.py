@@ -122,21 +122,25 @@ def _queue(states: list[ShardState]) -> deque:
 
 
 def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float,
-                    node_gpus: float | None = None) -> None:
+                    node_gpus: float | None = None, node_cpus: float | None = None) -> None:
     """Engines of one checkpoint (and the user's) must fit the cluster, with room for a worker, and
-    a replica's GPUs must fit on one node (`node_gpus`: the most GPUs any node has)."""
+    a replica's GPUs and CPUs must fit on one node (`node_gpus`, `node_cpus`: the most any node has)."""
     e = cfg.engine
     if node_gpus is not None and e.num_gpus > node_gpus:
         raise ConfigError(f"engine.tensor_parallel_size: a replica needs {e.num_gpus} GPUs on one node, and no node "
                           f"of the cluster has more than {node_gpus:g} (tensor parallelism does not span nodes here)")
+    if node_cpus is not None and e.replica_cpus > node_cpus:
+        raise ConfigError(f"engine.cpus: a replica needs {e.replica_cpus:g} CPUs on one node (engine.cpus x "
+                          f"tensor_parallel_size), and no node of the cluster has more than {node_cpus:g}")
     need_gpus = engine_sets * e.replicas * e.num_gpus
     if need_gpus > gpus:
         raise ConfigError(f"engine.replicas: {engine_sets} engine set(s) x {e.replicas} replicas x "
                           f"{e.num_gpus} GPUs (engine.tensor_parallel_size) exceed the cluster's {gpus:g} GPUs")
-    need_cpus = engine_sets * e.replicas * e.cpus + cfg.workers.cpus
+    need_cpus = engine_sets * e.replicas * e.replica_cpus + cfg.workers.cpus
     if need_cpus > cpus:
-        raise ConfigError(f"engine.cpus: {engine_sets} engine set(s) x {e.replicas} replicas x {e.cpus} CPUs "
-                          f"+ workers.cpus {cfg.workers.cpus} exceed the cluster's {cpus:g} CPUs")
+        raise ConfigError(f"engine.cpus: {engine_sets} engine set(s) x {e.replicas} replicas x {e.replica_cpus:g} "
+                          f"CPUs (engine.cpus x tensor_parallel_size) + workers.cpus {cfg.workers.cpus} exceed the "
+                          f"cluster's {cpus:g} CPUs")
 
 
 class Driver:
@@ -154,7 +158,7 @@ class Driver:
         self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # execute() makes the sweep's
         self.workers: list = []
         self.load: list[int] = []
-        self.groups: dict[int, list] = {}  # placement groups of an EngineRef (TP>1 on GPUs)
+        self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
         self.outage: Outage | None = None
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
@@ -174,7 +178,7 @@ class Driver:
 
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
-        GPU node, or in a placement group of its own (TP>1 on GPUs)."""
+        GPU node, or in a placement group of its own (TP>1)."""
         e = self.engine_config()
         options = replica_options(e)
         actor = self.ray.remote(EngineHost).options(
@@ -188,12 +192,14 @@ class Driver:
     def engine_config(self) -> EngineConfig:
         """The engine group as replicas get it. A vLLM-CPU engine on the cluster the sweep started on
         this machine without `engine.threads` computes on this machine's cores, shared among the
-        replicas alive at once (vLLM's own binding would leave one core out: on 2 cores, 1 thread)."""
+        replicas' (tensor-parallel) workers alive at once (vLLM's own binding would leave one core out:
+        on 2 cores, 1 thread)."""
         e = self.cfg.engine
         if e.threads is not None or e.kind != "vllm" or e.device != "cpu" or self.cfg.cluster.address is not None:
             return e
         cores = self.cfg.cluster.num_cpus or os.cpu_count() or 1
-        return e.model_copy(update={"threads": max(1, cores // (self.engine_sets() * e.replicas))})
+        workers = self.engine_sets() * e.replicas * e.tensor_parallel_size  # processes computing at once
+        return e.model_copy(update={"threads": max(1, cores // workers)})
 
     def launch_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
@@ -211,7 +217,7 @@ class Driver:
 
     def replica_needs(self) -> str:
         e = self.cfg.engine
-        return f"{e.num_gpus} GPU(s) and {e.cpus:g} CPU(s) on one node"
+        return f"{e.num_gpus} GPU(s) and {e.replica_cpus:g} CPU(s) on one node"
 
     def dead_error(self, ref: EngineRef) -> str:
         return f"{ref.name}: every replica is dead (engine.max_restarts={self.cfg.engine.max_restarts} restarts spent)"
@@ -258,7 +264,7 @@ class Driver:
         self.ray.get([h.ping.remote() for h in self.workers], timeout=max(600, self.cfg.engine.load_timeout_s))
 
     def _engine_cpus(self) -> float:
-        return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.cpus
+        return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.replica_cpus
 
     def engine_sets(self) -> int:
         """Engine sets alive at once: the current checkpoint's, plus the user's unless shared."""
@@ -272,8 +278,9 @@ class Driver:
 
         self.ray, todo = ray, self.todo
         res = self.ray.cluster_resources()
-        node_gpus = max((n["Resources"].get("GPU", 0) for n in self.ray.nodes() if n["Alive"]), default=0)
-        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0), node_gpus)
+        nodes = [n["Resources"] for n in self.ray.nodes() if n["Alive"]]
+        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0),
+                        *(max((n.get(k, 0) for n in nodes), default=0) for k in ("GPU", "CPU")))
         missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
         bar = self.bar = Progress(self._episodes_per_checkpoint(), self.cfg.episode.max_steps, self.progress)
         self._postfix(bar)

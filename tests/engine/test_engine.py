@@ -164,7 +164,11 @@ def test_engine_env_for_cpu_and_gpu():
     cpu = engine_env(EngineSettings(model="m", device="cpu", kv_cache_gib=2))
     assert cpu["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert cpu["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in cpu  # one worker: vLLM binds its threads
+    tp2 = engine_env(EngineSettings(model="m", device="cpu", tensor_parallel_size=2))
+    assert tp2["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"  # vLLM would want a NUMA node per worker
     assert engine_env(EngineSettings(model="m", device="gpu")) == {}
+    assert engine_env(EngineSettings(model="m", device="gpu", tensor_parallel_size=2)) == {}
 
 
 def test_engine_settings_reject_unknown_fields():

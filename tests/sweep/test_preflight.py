@@ -160,3 +160,28 @@ def test_readmes_hosted_user_takes_a_second_engine_set(tmp_path, gpus, refusal):
     with pytest.raises(ConfigError, match=re.escape(refusal)):
         run_sweep(compose(overrides), overrides, progress=False)
     assert not ray.is_initialized() and not (tmp_path / "ray").exists()
+
+
+@pytest.mark.slow
+def test_gpu_settings_vllm_refuses_are_refused_before_ray_naming_the_key(tmp_path):
+    """engine=gpu: vLLM builds its own model configuration from each checkpoint's engine settings on
+    the driver, before Ray: SmolLM2's 9 attention heads refuse tensor_parallel_size 2, a max_model_len
+    past its 8192 positions is refused naming the model's key (an existing cluster's driver: no local
+    build check stands in the way). TP=3 divides the heads: accepted."""
+    import ray
+
+    from handoff.sweep import vllm_check
+
+    smollm2 = models.model_dir(models.SMOLLM2)
+    overrides = [f"run_dir={tmp_path}/run", "engine=gpu", "engine.tensor_parallel_size=2", "domain=[retail]",
+                 "model.smollm2.max_model_len=100000", "cluster=existing", "cluster.address=127.0.0.1:9"]
+    with pytest.raises(ConfigError) as err:
+        run_sweep(compose(overrides), overrides, progress=False)
+    message = str(err.value)
+    assert "invalid engine settings (vLLM's own check)" in message
+    assert f"\n  model.smollm2.max_model_len: vLLM refuses {smollm2}: " in message and "100000" in message
+    assert (f"\n  engine.tensor_parallel_size: vLLM refuses 2 for {smollm2}: Total number of attention heads (9) "
+            "must be divisible by tensor parallel size (2)") in message  # the user simulator's engine
+    assert not ray.is_initialized()
+    accepted = validate(compose([f"run_dir={tmp_path}/run", "engine=gpu", "engine.tensor_parallel_size=3"]))
+    assert vllm_check.problems(accepted) == []

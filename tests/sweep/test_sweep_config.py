@@ -263,9 +263,9 @@ def test_engines_must_fit_the_cluster(tmp_path):
         check_resources(gpu, engine_sets=1, cpus=16, gpus=8, node_gpus=1)  # 8 nodes of 1 GPU
 
 
-def test_tensor_parallel_replicas_use_rays_executor(tmp_path):
-    """TP>1 on GPUs: vLLM's tensor-parallel workers run as Ray actors in the replica's placement
-    group; one GPU or the CPU build: vLLM's default executor."""
+def test_tensor_parallel_replicas_use_vllms_multiprocessing_executor(tmp_path):
+    """TP>1, on GPUs as on CPUs: vLLM's multiprocessing executor (its workers are child processes of
+    the replica's actor, which holds all their resources); TP=1: vLLM's default (one process)."""
     from handoff.sweep.engines import engine_settings, executor_backend
 
     def backend(*overrides):
@@ -273,9 +273,23 @@ def test_tensor_parallel_replicas_use_rays_executor(tmp_path):
         assert engine_settings(cfg.user.model, cfg.engine).distributed_executor_backend == executor_backend(cfg.engine)
         return executor_backend(cfg.engine)
 
-    assert backend("engine=gpu", "engine.tensor_parallel_size=2") == "ray"
+    assert backend("engine=gpu", "engine.tensor_parallel_size=2") == "mp"
+    assert backend("engine=cpu", "engine.tensor_parallel_size=2") == "mp"
     assert backend("engine=gpu") is None
     assert backend() is None
+
+
+def test_a_tensor_parallel_replica_takes_engine_cpus_per_worker_on_one_node(tmp_path):
+    from handoff.sweep.driver import check_resources
+
+    cpu = validate(compose([f"run_dir={tmp_path}/r", "engine.tensor_parallel_size=2", "engine.cpus=1"]))
+    assert cpu.engine.replica_cpus == 2
+    check_resources(cpu, engine_sets=1, cpus=3, gpus=0, node_gpus=0, node_cpus=2)
+    with pytest.raises(ConfigError, match=r"engine.cpus: a replica needs 2 CPUs on one node \(engine.cpus x "
+                                          r"tensor_parallel_size\), and no node of the cluster has more than 1"):
+        check_resources(cpu, engine_sets=1, cpus=3, gpus=0, node_gpus=0, node_cpus=1)  # 3 nodes of 1 CPU
+    with pytest.raises(ConfigError, match=r"1 replicas x 2 CPUs \(engine.cpus x tensor_parallel_size\)"):
+        check_resources(cpu, engine_sets=1, cpus=2, gpus=0)  # no CPU left for a worker
 
 
 def test_agent_shares_the_user_simulators_engine_only_with_the_same_engine_settings(tmp_path):
