@@ -2,14 +2,18 @@
 
 - `persona_contradiction` (hard_negative): a line outside the persona asserts a calm or pleasant trait
   ("You are calm", "Be polite and ...", "You are curious, patient") while the persona is a difficult user.
+- `script_contradiction` (hard_negative): a line the derivation adds contradicts the parent's script: it
+  promises truthful, complete answers from a user scripted to hold something back or to lie first, or threatens
+  over a fault ("if this is not fixed") the parent's issue does not have.
 - `parent_script` (explicit_request, out_of_scope): a sentence of the parent's scripted scenario is kept
   in a task that must be handed off.
 - `asks_for_a_solution` (explicit_request, out_of_scope): the user is told to get the agent to do the
   job itself ("Be insistent that the agent should undo ...", "ask the agent to cancel ...", "When asked
   for the order id, provide ... first").
-- `false_premise` (out_of_scope): a fact the request states is false in the domain's db.json (the order,
-  item, reservation or flight named; a price claim; a product option; the kind of product for the
-  complaint; bags on a reservation).
+- `false_premise` (every kind): a fact the user is told is false in the domain's db.json, in the derived
+  text or inherited from the parent (the order, item or product named and its status; the reservation or
+  flight named, whether it is upcoming or landed, and, for a request about who flies, whether the user is a
+  passenger; a price claim; a product option; the kind of product for the complaint; bags on a reservation).
 
 `handoff labels build` refuses to write task sets with findings; tests run the same checks.
 """
@@ -20,10 +24,11 @@ import re
 from functools import cache
 from typing import NamedTuple
 
+from handoff.tasks.gold_policy import TAKEN_OFF
 from handoff.tasks.upstream import raw_db
 
 TODAY = "2024-05-15"  # airline policy: "The current time is 2024-05-15 15:00:00 EST."
-CHECKS = ("persona_contradiction", "parent_script", "asks_for_a_solution", "false_premise")
+CHECKS = ("persona_contradiction", "script_contradiction", "parent_script", "asks_for_a_solution", "false_premise")
 
 
 class Finding(NamedTuple):
@@ -56,22 +61,63 @@ _CALM_LINE = re.compile(
 )
 
 
-# A line that sets the user's temperament: "You are polite, optimistic, organized.", "Be polite and ...".
-_TEMPERAMENT = (
-    f"{CALM_TRAITS}|organized|busy|messy|sad|insecure|shy|rigid|confident|cautious|pessimistic|dependent|"
-    "independent|outgoing|logical|curious|flexible|creative|direct|brief|concise|impatient|emotional|stressed|"
-    "distraught|upset|detail-oriented|mysterious"
-)
-_PERSONA_LINE = re.compile(
-    rf"^(you are|you're|be)\s+((extremely|very|quite|now|a bit|pretty|rather)\s+)?({_TEMPERAMENT})\b"
-    r"(?!\s+(with|to|that|about|for)\b)",
-    re.IGNORECASE,
-)
+# A line that sets the user's temperament has the user as its subject and says nothing about the task: no word of
+# the domain's tools, database fields, statuses, products or options, no number, id, name or quote, no condition.
+# "You are a funny guy but recently the work from home situation has made you a bit anxious." and "You like to
+# talk very tersely." are temperament; "You are not good at math so you want the agent to calculate" (the
+# calculate tool), "You are willing to admit that you are wrong if the agent corrects you" (a condition) and
+# "You like the cotton feeling." (a product option) are the parent's script.
+_ABOUT_THE_USER = re.compile(r"^\W*((also|now|but|and|so),?\s+)?(you|you're|be)\b", re.IGNORECASE)
+_TASK_MARKS = re.compile(r"[\d#$\"]|(^|\s)'|\b(if|when|unless|until|only|after|before|how (much|many|long))\b",
+                         re.IGNORECASE)
+_NAME = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # a capitalized word inside the sentence: a person or a place
+# Words of tool names, fields and option values that say nothing about the task in a sentence.
+_GENERIC = {"get", "list", "all", "find", "details", "id", "name", "human", "agents", "direct", "types", "status",
+            "user", "transfer", "think", "in", "on", "is", "as", "at", "to", "by", "of", "no", "not", "non", "none",
+            "yes", "over", "back", "one", "way", "time", "last", "four", "full", "half", "hard", "high", "low", "set",
+            "side", "soft", "warm", "mode", "type", "gets", "auto", "men", "ear", "air"}
+# Words of money and of the conversation's object that the tools and the database name only in compounds.
+_TASK_EXTRA = {"refund", "refunds", "refunded", "compensation", "voucher", "price", "cost", "pay", "paid", "fee",
+               "fees", "money", "charge", "ticket", "trip", "bag", "bags", "seat", "seats", "member", "delay", "policy"}
 
 
-def is_persona_line(sentence: str) -> bool:
-    """A sentence that sets the user's temperament (a parent's persona line)."""
-    return bool(_PERSONA_LINE.search(sentence.strip()))
+def _field_words(value, out: set[str]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            out.update(re.findall(r"[a-z]+", key.lower()))
+            _field_words(inner, out)
+    elif isinstance(value, list) and value:
+        _field_words(value[0], out)
+
+
+@cache
+def task_words(domain: str) -> frozenset[str]:
+    """Words that make a sentence about the task: the domain's tool names, the field names, statuses, cabins and
+    membership levels of its database records, and its product names."""
+    from handoff.tasks.upstream import tool_names
+
+    db, words = raw_db(domain), set(_TASK_EXTRA)
+    for name in tool_names(domain):
+        words.update(name.split("_"))
+    for collection in db.values():
+        for record in list(collection.values())[:50]:
+            _field_words(record, words)
+            for key in ("status", "cabin", "membership", "name", "flight_type", "origin", "destination"):
+                if isinstance(record.get(key), str):
+                    words.update(re.findall(r"[a-z]+", record[key].lower()))
+            for variant in record.get("variants", {}).values():
+                for value in variant["options"].values():
+                    words.update(re.findall(r"[a-z]+", str(value).lower()))
+    words = {w for w in words if len(w) > 2} - _GENERIC
+    return frozenset(words | {w + "s" for w in words})
+
+
+def is_persona_line(sentence: str, domain: str) -> bool:
+    """A sentence that sets the user's temperament (a parent's persona line), judged by what it says; a sentence
+    that tells the user to show a calm or pleasant trait is one whatever else it says."""
+    words = set(re.findall(r"[a-z]+", sentence.lower()))
+    about_the_task = _TASK_MARKS.search(sentence) or _NAME.search(sentence) or words & task_words(domain)
+    return bool(_ABOUT_THE_USER.search(sentence.strip()) and not about_the_task) or bool(_CALM_LINE.search(sentence))
 
 
 def calm_lines(text: str | None) -> list[str]:
@@ -83,6 +129,41 @@ def _persona_findings(task) -> list[Finding]:
         Finding("persona_contradiction", task.id, f"a difficult user told: {line!r}")
         for line in calm_lines(_scenario_text(task))
     ]
+
+
+# A parent scripted to lie or hold something back, and an added line that promises truthful, complete answers.
+_UNTRUTH = re.compile(
+    r"\b(this is incorrect|is not true|lie|lying|pretend\w*|be adamant|make up|(do not|don't|not) (reveal|mention|"
+    r"tell|say|provide|give)|without (revealing|mentioning)|(give|provide|say) [^.]{0,30}\b(\d+|wrong|incorrect)\b"
+    r"[^.]{0,20}\bfirst)\b", re.IGNORECASE)
+_FULL_DISCLOSURE = re.compile(
+    r"\b(truthful\w*|correct answers?|every detail|answer\w* every question|(never|without) hold\w* back|all the information|"
+    r"the information (the agent|it) asks for|give the facts)\b", re.IGNORECASE)
+# A threat that presupposes a fault ("if this is not fixed"), and a parent with nothing at fault.
+_FAULT_THREAT = re.compile(r"\b(fix(es|ed)?|repair\w*|make (this|it) right)\b", re.IGNORECASE)
+_FAULT = re.compile(
+    r"\b(broken|damaged|defective|delay\w*|cancel\w*|wrong|mistake\w*|not working|stopped|lost|missing|"
+    r"complain\w*|refund\w*|upset|angry|frustrat\w*|worn|sick|unwell|emergency)\b", re.IGNORECASE)
+
+
+def added_lines(task, parent) -> list[str]:
+    """Sentences of the task's persona and instructions that are not the parent's."""
+    own = set(sentences(_scenario_text(parent)))
+    text = "\n".join(filter(None, [task.user_scenario.persona, _scenario_text(task)]))
+    return [s for s in sentences(text) if s not in own]
+
+
+def script_contradictions(task, parent) -> list[str]:
+    """Added lines that contradict the parent's script."""
+    script = _scenario_text(parent)
+    added = added_lines(task, parent)
+    found = []
+    if _UNTRUTH.search(script):
+        found += [f"promises full answers to a parent scripted to hold back or lie "
+                  f"({_UNTRUTH.search(script).group(0)!r}): {s!r}" for s in added if _FULL_DISCLOSURE.search(s)]
+    if not _FAULT.search(script):
+        found += [f"threatens over a fault the parent does not have: {s!r}" for s in added if _FAULT_THREAT.search(s)]
+    return found
 
 
 # --- parent scripts and requests for a solution in a task that must be handed off ---------------------------
@@ -119,25 +200,51 @@ def kept_parent_lines(task, parent) -> list[str]:
     return [s for s in sentences(_scenario_text(parent)) if len(_words(s).split()) >= 6 and _words(s) in derived]
 
 
-# --- out-of-scope premises against db.json -------------------------------------------------------------------
+# --- premises against db.json (every kind: the derived text and what it inherits from the parent) -------------
+
+
+def _facts_text(task) -> str:
+    """Everything the user is told as fact: reason for the call, known info, instructions."""
+    instructions = task.user_scenario.instructions
+    return "\n".join(filter(None, [instructions.reason_for_call, instructions.known_info,
+                                   instructions.task_instructions]))
+
+
+@cache
+def _user_keys(domain: str) -> tuple[tuple[str, str, str, str], ...]:
+    """(user id, email, "first last", zip) of every db user, lower case."""
+    return tuple(
+        (uid, u["email"].lower(), f"{u['name']['first_name']} {u['name']['last_name']}".lower(),
+         str(u.get("address", {}).get("zip", "")))
+        for uid, u in raw_db(domain)["users"].items()
+    )
+
+
+def find_user(domain: str, text: str) -> str | None:
+    """The db user a text names by user id, email, or first and last name with zip code; None unless exactly one."""
+    lowered = text.lower()
+    found = {
+        uid for uid, email, name, zip_code in _user_keys(domain)
+        if re.search(rf"\b{re.escape(uid)}\b", lowered) or email in lowered
+        or (name in lowered and zip_code and zip_code in lowered)
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 @cache
 def _retail_index() -> tuple[dict, dict, dict]:
     db = raw_db("retail")
     variants = {vid: (p, v) for p in db["products"].values() for vid, v in p["variants"].items()}
-    by_email = {u["email"].lower(): uid for uid, u in db["users"].items()}
-    return db, variants, by_email
+    names = {p["name"].lower(): p["product_id"] for p in db["products"].values()}
+    return db, variants, names
 
 
-def _retail_user(task) -> str | None:
-    db, _, by_email = _retail_index()
-    known = (task.user_scenario.instructions.known_info or "").lower()
-    for uid in db["users"]:
-        if uid in known:
-            return uid
-    emails = [uid for email, uid in by_email.items() if email in known]
-    return emails[0] if emails else None
+def _product_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"\b{re.escape(name)}(e?s)?\b", re.IGNORECASE)
+
+
+_STATUS_WORDS = {"pending": re.compile(r"\bpending\b", re.I),
+                 "delivered": re.compile(r"\b(delivered|received)\b", re.I)}
 
 
 _COMPLAINTS = {  # words of a complaint -> the product class (data/scenarios/retail.yaml) it needs
@@ -154,12 +261,31 @@ _OTHER_SHOP = re.compile(r"\b(another|other) (store|shop|retailer)\b|\bcompetito
 _PAID = re.compile(r"\bpaid \$(\d+(?:\.\d\d)?)")
 
 
+def _retail_products(sentence: str, orders: list[dict]) -> list[str]:
+    """Products a sentence names that none of the user's orders (of the status the sentence says) holds."""
+    _, _, names = _retail_index()
+    problems = []
+    for name in names:
+        if not _product_pattern(name).search(sentence) or re.search(r"#W\d{7}", sentence):
+            continue
+        holding = [o for o in orders if any(i["name"].lower() == name for i in o["items"])]
+        statuses = [s for s, pattern in _STATUS_WORDS.items() if pattern.search(sentence)]
+        if not holding:
+            problems.append(f"the user has no order with a {name}")
+        elif len(statuses) == 1 and not any(o["status"] == statuses[0] for o in holding):
+            problems.append(f"the user has no {statuses[0]} order with a {name}")
+    return problems
+
+
 def _retail_premises(task, product_classes: dict[str, set[str]]) -> list[str]:
     db, variants, _ = _retail_index()
-    text = task.user_scenario.instructions.reason_for_call
+    text = _facts_text(task)
     lowered = text.lower()
-    user = _retail_user(task)
-    problems = [] if user else ["the user's known info names no db user"]
+    user = find_user("retail", text)
+    if user is None:
+        return ["the user's known info names no single db user"]
+    orders = [db["orders"][o] for o in db["users"][user]["orders"] if o in db["orders"]]
+    problems = [p for s in sentences(text) for p in _retail_products(s, orders)]
     for order_id in re.findall(r"#W\d{7}", text):
         order = db["orders"].get(order_id)
         if order is None:
@@ -167,14 +293,16 @@ def _retail_premises(task, product_classes: dict[str, set[str]]) -> list[str]:
             continue
         if order["user_id"] != user:
             problems.append(f"order {order_id} belongs to {order['user_id']}, not the user")
-        if re.search(r"\bdelivered\b", lowered) and order["status"] != "delivered":
+        said = [s for s in sentences(text) if order_id in s]
+        if any(re.search(r"\bdelivered\b", s, re.I) for s in said) and order["status"] != "delivered":
             problems.append(f"order {order_id} is {order['status']}, not delivered")
         named = [i for i in order["items"] if re.search(rf"\b{re.escape(i['name'].lower())}\b", lowered)]
         all_products = {p["name"].lower() for p in db["products"].values()}
-        if not named and any(re.search(rf"\b{re.escape(n)}\b", lowered) for n in all_products):
+        if not named and any(re.search(rf"\b{re.escape(n)}\b", " ".join(said).lower()) for n in all_products):
             problems.append(f"the product named is not in order {order_id}")
         for item in named[:1]:
-            problems += _item_premises(text, item, variants, product_classes)
+            problems += _item_premises(task.user_scenario.instructions.reason_for_call, item, variants,
+                                       product_classes)
     return problems
 
 
@@ -208,48 +336,95 @@ def _item_premises(text: str, item: dict, variants: dict, product_classes: dict[
 
 
 _BAG_CLAIM = re.compile(r"\b(bag|bags|baggage|suitcase|luggage)\b[^.]*\b(did not arrive|never arrived|lost|missing|trace)\b", re.I)
+def is_passenger(user: dict, reservation: dict) -> bool:
+    """Whether the user flies on the reservation (a passenger with the user's first and last name)."""
+    name = (user["name"]["first_name"].lower(), user["name"]["last_name"].lower())
+    return any((p["first_name"].lower(), p["last_name"].lower()) == name for p in reservation["passengers"])
 
 
-def _airline_premises(task) -> list[str]:
-    db = raw_db("airline")
-    text = task.user_scenario.instructions.reason_for_call
-    known = task.user_scenario.instructions.known_info or ""
-    users = [uid for uid in db["users"] if uid in known]
-    if len(users) != 1:
-        return ["the user's known info names no single db user"]
-    user = db["users"][users[0]]
-    mine = [db["reservations"][r] for r in user["reservations"]]
+def is_upcoming(reservation: dict) -> bool:
+    """No flight of the reservation is before today or has taken off."""
+    flights = raw_db("airline")["flights"]
+    return all(f["date"] > TODAY or (f["date"] == TODAY and flights[f["flight_number"]]["dates"].get(f["date"], {})
+                                      .get("status") not in TAKEN_OFF) for f in reservation["flights"])
+
+
+def _reservation_premises(sentence: str, rid: str, user: dict, traveller: bool) -> list[str]:
+    reservation = raw_db("airline")["reservations"][rid]
+    if reservation["user_id"] != user["user_id"]:
+        return [f"reservation {rid} is not the user's"]
     problems = []
-    for rid in re.findall(r"\b[A-Z0-9]{6}\b", text):
-        if rid in db["reservations"]:
-            reservation = db["reservations"][rid]
-            if reservation["user_id"] != user["user_id"]:
-                problems.append(f"reservation {rid} is not the user's")
-            elif re.search(r"\bupcoming\b", text) and min(f["date"] for f in reservation["flights"]) <= TODAY:
-                problems.append(f"reservation {rid} is not upcoming")
-            stated = re.search(rf"{rid} \(([A-Z]{{3}}) to ([A-Z]{{3}}) on (\d{{4}}-\d\d-\d\d)\)", text)
-            first = min(reservation["flights"], key=lambda f: f["date"])
-            ends = {reservation["destination"], first["destination"]}
-            if stated and (stated[1] != reservation["origin"] or stated[2] not in ends or stated[3] != first["date"]):
-                problems.append(f"reservation {rid} is not {stated.group(0)}")
-        elif not re.fullmatch(r"\d+|[A-Z]+|HAT\d{3}", rid):
-            problems.append(f"reservation {rid} does not exist")
-    for number, date in re.findall(r"\b(HAT\d{3})\b[^.]*?\b(\d{4}-\d\d-\d\d)\b", text):
-        holding = [r for r in mine if any(f["flight_number"] == number and f["date"] == date for f in r["flights"])]
-        if not holding:
-            problems.append(f"the user has no reservation with {number} on {date}")
-            continue
-        status = db["flights"][number]["dates"].get(date, {}).get("status")
-        if date < TODAY and status != "landed":
-            problems.append(f"{number} on {date} did not land ({status})")
-        if _BAG_CLAIM.search(text) and not any(r["total_baggages"] > 0 for r in holding):
-            problems.append(f"a lost bag on {number} on {date}, but the reservation has no checked bags")
+    if re.search(r"\bupcoming\b", sentence, re.I) and not is_upcoming(reservation):
+        problems.append(f"reservation {rid} is not upcoming")
+    stated = re.search(rf"{rid} \(([A-Z]{{3}}) to ([A-Z]{{3}}) on (\d{{4}}-\d\d-\d\d)\)", sentence)
+    first = min(reservation["flights"], key=lambda f: f["date"])
+    ends = {reservation["destination"], first["destination"]}
+    if stated and (stated[1] != reservation["origin"] or stated[2] not in ends or stated[3] != first["date"]):
+        problems.append(f"reservation {rid} is not {stated.group(0)}")
+    if traveller and not is_passenger(user, reservation):
+        problems.append(f"the user is not a passenger of {rid}")
     return problems
 
 
+def _flight_premises(sentence: str, user: dict, mine: list[dict], traveller: bool) -> list[str]:
+    db, problems = raw_db("airline"), []
+    dated = re.findall(r"\b(HAT\d{3})\b[^.]*?\b(\d{4}-\d\d-\d\d)\b", sentence)
+    undated = set(re.findall(r"\bHAT\d{3}\b", sentence)) - {n for n, _ in dated}
+    for number, date in dated + [(n, None) for n in sorted(undated)]:
+        holding = [r for r in mine if any(f["flight_number"] == number and date in (None, f["date"])
+                                          for f in r["flights"])]
+        on = f"{number} on {date}" if date else number
+        if not holding:
+            problems.append(f"the user has no reservation with {on}")
+            continue
+        if traveller and not any(is_passenger(user, r) for r in holding):
+            problems.append(f"the user is not a passenger on {on}")
+        if date is None:
+            continue
+        status = db["flights"][number]["dates"].get(date, {}).get("status")
+        if date < TODAY and status != "landed":
+            problems.append(f"{on} did not land ({status})")
+        if _BAG_CLAIM.search(sentence) and not any(r["total_baggages"] > 0 for r in holding):
+            problems.append(f"a lost bag on {on}, but the reservation has no checked bags")
+    return problems
+
+
+def _airline_premises(task, traveller: bool = False) -> list[str]:
+    """Reservations and flights the text names are the user's (and, for a request about who flies, ones the
+    user is a passenger of); an upcoming trip has not started; a past flight landed; a lost bag was checked."""
+    db = raw_db("airline")
+    text = _facts_text(task)
+    uid = find_user("airline", text)
+    if uid is None:
+        return ["the user's known info names no single db user"]
+    user = db["users"][uid]
+    mine = [db["reservations"][r] for r in user["reservations"] if r in db["reservations"]]
+    problems = []
+    for sentence in sentences(text):
+        for rid in re.findall(r"\b[A-Z0-9]{6}\b", sentence):
+            if rid in db["reservations"]:
+                problems += _reservation_premises(sentence, rid, user, traveller)
+            elif not re.fullmatch(r"\d+|[A-Z]+|HAT\d{3}", rid):
+                problems.append(f"reservation {rid} does not exist")
+        problems += _flight_premises(sentence, user, mine, traveller)
+    return problems
+
+
+def _traveller_request(task) -> bool:
+    from handoff.tasks.derive import parse_derived_id
+    from handoff.tasks.out_of_scope import CATALOG
+
+    ref = parse_derived_id(task.id)
+    return bool(ref and ref.kind == "out_of_scope"
+                and any(r.id == ref.template and r.traveller for r in CATALOG["airline"]))
+
+
 def premise_problems(domain: str, task, product_classes: dict[str, set[str]]) -> list[str]:
-    """What the out-of-scope request states that db.json contradicts (empty when every premise holds)."""
-    return _airline_premises(task) if domain == "airline" else _retail_premises(task, product_classes)
+    """What the task tells the user as fact (its own text and what it inherits from its parent) that db.json
+    contradicts; empty when every premise holds."""
+    if domain == "airline":
+        return _airline_premises(task, _traveller_request(task))
+    return _retail_premises(task, product_classes)
 
 
 # --- all checks ------------------------------------------------------------------------------------------------
@@ -264,14 +439,14 @@ def audit(domain: str, kind: str, tasks: list, parents: dict, product_classes: d
         parent = parents[parse_derived_id(task.id).parent_id]
         if kind == "hard_negative":
             findings += _persona_findings(task)
+            findings += [Finding("script_contradiction", task.id, m) for m in script_contradictions(task, parent)]
         else:
             findings += [Finding("parent_script", task.id, f"keeps the parent's line {s!r}")
                          for s in kept_parent_lines(task, parent)]
         if kind == "explicit_request":
             findings += [Finding("asks_for_a_solution", task.id, f"asks the agent to solve it: {s!r}")
                          for s in solution_requests(_scenario_text(task))]
-        if kind == "out_of_scope":
-            findings += [Finding("false_premise", task.id, p) for p in premise_problems(domain, task, product_classes)]
+        findings += [Finding("false_premise", task.id, p) for p in premise_problems(domain, task, product_classes)]
     return findings
 
 

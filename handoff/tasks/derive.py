@@ -13,7 +13,7 @@ from functools import cache
 
 import yaml
 
-from handoff.tasks import audit, out_of_scope, paths
+from handoff.tasks import audit, gold_policy, out_of_scope, paths
 from handoff.tasks.upstream import (
     SPLITS,
     TRANSFER_TOOL,
@@ -25,7 +25,12 @@ from handoff.tasks.upstream import (
 )
 
 KINDS = ("explicit_request", "out_of_scope", "hard_negative")
-COUNTS = {"airline": 24, "retail": 36}  # tasks per derived kind
+# Tasks per derived kind. Airline has 21 hard-negative parents (solvable, no transfer, a gold that changes the
+# database and follows the policy, handoff.tasks.gold_policy): all of them are used.
+COUNTS = {
+    "airline": {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 21},
+    "retail": {"explicit_request": 36, "out_of_scope": 36, "hard_negative": 36},
+}
 TODAY = "2024-05-15"  # airline policy: "The current time is 2024-05-15 15:00:00 EST."
 TRANSFER_CLAUSE = (
     "Transfer the user to a human agent if and only if the request cannot be handled within the scope of your "
@@ -41,8 +46,26 @@ TEMPLATES = {
 
 @cache
 def scenarios(domain: str) -> dict:
-    """The hand-written text of the domain's derived tasks (data/scenarios/<domain>.yaml)."""
-    return yaml.safe_load((paths.REPO_ROOT / paths.scenario_file(domain)).read_text())
+    """The hand-written text of the domain's derived tasks (data/scenarios/<domain>.yaml); ValueError for a text
+    that does not end a sentence (in YAML, " #" starts a comment: an unquoted order id cuts the text short)."""
+    doc = yaml.safe_load((paths.REPO_ROOT / paths.scenario_file(domain)).read_text())
+    cut = [where for where, text in _texts(doc, "") if not text.rstrip().endswith((".", "!", "?", ")"))]
+    if cut:
+        raise ValueError(f"{paths.scenario_file(domain)}: texts that do not end a sentence (quote a text with '#'): "
+                         + ", ".join(cut))
+    return doc
+
+
+def _texts(node, where: str):
+    """(path, text) of every string in a YAML document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _texts(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _texts(value, f"{where}/{i}")
+    elif isinstance(node, str):
+        yield where, node
 
 
 @cache
@@ -85,15 +108,22 @@ def _order_key(domain: str, kind: str, task) -> str:
 
 
 def select_parents(domain: str, kind: str, candidates: list, n: int) -> list:
-    """n parents, stratified by split (same train/test proportion as upstream), in a fixed pseudo-random order."""
+    """n parents, stratified by split (same train/test proportion as upstream; a split with fewer eligible
+    parents gives all of them and the other split the rest), in a fixed pseudo-random order."""
     split_of = upstream_splits(domain)
     n_test = round(n * list(split_of.values()).count("test") / len(split_of))
-    chosen = []
-    for split, count in zip(SPLITS, (n - n_test, n_test)):
-        pool = sorted((t for t in candidates if split_of[t.id] == split), key=lambda t: _order_key(domain, kind, t))
-        if len(pool) < count:
-            raise ValueError(f"{domain}/{kind}: {len(pool)} eligible {split} parents, {count} needed")
-        chosen += pool[:count]
+    pools = {
+        split: sorted((t for t in candidates if split_of[t.id] == split), key=lambda t: _order_key(domain, kind, t))
+        for split in SPLITS
+    }
+    wanted = {"train": n - n_test, "test": n_test}
+    for split, other in (("train", "test"), ("test", "train")):
+        short = max(0, wanted[split] - len(pools[split]))
+        wanted[split] -= short
+        wanted[other] += short
+    if any(wanted[s] > len(pools[s]) for s in SPLITS):
+        raise ValueError(f"{domain}/{kind}: {sum(map(len, pools.values()))} eligible parents, {n} needed")
+    chosen = [t for s in SPLITS for t in pools[s][:wanted[s]]]
     return sorted(chosen, key=lambda t: _order_key(domain, kind, t))
 
 
@@ -152,11 +182,12 @@ def _explicit_request(domain: str, parent, template: str, k: int):
     )
 
 
-def strip_persona_lines(text: str | None) -> str | None:
+def strip_persona_lines(text: str | None, domain: str) -> str | None:
     """The text without the sentences that set the user's temperament (the derived persona replaces them)."""
     if text is None:
         return None
-    paragraphs = [" ".join(s for s in audit.sentences(line) if not audit.is_persona_line(s)) for line in text.split("\n")]
+    paragraphs = [" ".join(s for s in audit.sentences(line) if not audit.is_persona_line(s, domain))
+                  for line in text.split("\n")]
     return "\n\n".join(p for p in paragraphs if re.search(r"[A-Za-z]", p))
 
 
@@ -169,9 +200,9 @@ def _hard_negative(domain: str, parent, template: str, k: int):
     parent_instr = parent.user_scenario.instructions
     instructions = parent_instr.model_copy(
         update={
-            "reason_for_call": strip_persona_lines(parent_instr.reason_for_call),
+            "reason_for_call": strip_persona_lines(parent_instr.reason_for_call, domain),
             "task_instructions": "\n\n".join(filter(None, [
-                strip_persona_lines(parent_instr.task_instructions),
+                strip_persona_lines(parent_instr.task_instructions, domain),
                 _pick(text["conduct"][template], k),
                 _pick(text["no_human"], k // len(text["conduct"][template])),
             ])),
@@ -187,8 +218,9 @@ def _hard_negative(domain: str, parent, template: str, k: int):
         description=_description(
             "hard_negative", parent, template,
             f"{purpose} Parent's purpose: {parent_purpose}" if parent_purpose else purpose,
-            "Deny requests that are against the policy; transfer only if the request cannot be handled within the "
-            "scope of the agent's actions or the user explicitly asks for a human agent.",
+            "Deny requests that are against the policy (policy.md); transfer only if the request cannot be handled "
+            "within the scope of the agent's actions (policy.md) or the user explicitly asks for a human agent (the "
+            "transfer_to_human_agents tool description).",
         ),
         user_scenario=UserScenario(persona=_pick(text["personas"][template], k), instructions=instructions),
         initial_state=parent.initial_state,
@@ -219,8 +251,8 @@ def gold_changes_db(domain: str, task) -> bool:
 
 
 def hard_negative_candidates(domain: str) -> list:
-    """Solvable parents: a reference solution that contains no transfer and changes the database (so that
-    tau2's DB check fails an agent that transfers instead)."""
+    """Solvable parents: a reference solution that contains no transfer, changes the database (so that tau2's
+    DB check fails an agent that transfers instead) and follows the policy (handoff.tasks.gold_policy)."""
     writes = write_tools(domain)
     return [
         t for t in upstream_tasks(domain)
@@ -228,6 +260,7 @@ def hard_negative_candidates(domain: str) -> list:
         and t.id not in ASKS_FOR_HUMAN[domain]
         and any(a.name in writes for a in t.evaluation_criteria.actions or [])
         and gold_changes_db(domain, t)
+        and gold_policy.gold_complies(domain, t)
     ]
 
 
@@ -237,15 +270,11 @@ def hard_negative_candidates(domain: str) -> list:
 def _user_id(domain: str, task) -> str | None:
     """The db user of an upstream task: named by id, email, or name and zip code in what the user knows,
     or by the user_id of its reference actions. None unless exactly one user matches."""
-    users = raw_db(domain)["users"]
     instr = task.user_scenario.instructions
-    text = " ".join(filter(None, [instr.known_info, instr.reason_for_call])).lower()
+    named = audit.find_user(domain, " ".join(filter(None, [instr.known_info, instr.reason_for_call])))
     found = {a.arguments["user_id"] for a in task.evaluation_criteria.actions or [] if "user_id" in a.arguments}
-    for uid, user in users.items():
-        name = f"{user['name']['first_name']} {user['name']['last_name']}".lower()
-        zip_code = user.get("address", {}).get("zip")
-        if uid in text or user["email"].lower() in text or (name in text and zip_code and zip_code in text):
-            found.add(uid)
+    if named:
+        found.add(named)
     return found.pop() if len(found) == 1 else None
 
 
@@ -271,15 +300,17 @@ def _flown(reservation: dict) -> list[tuple[str, str]]:
 
 def _airline_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
     """Facts of the user's db record: the earliest upcoming reservation (by first flight date, then id),
-    the earliest landed flight, and the earliest landed flight of a reservation with checked bags."""
+    the earliest landed flight, and the earliest landed flight of a reservation with checked bags; for a
+    request about who flies, only reservations the user is a passenger of."""
     reservations = [raw_db("airline")["reservations"][r] for r in sorted(user["reservations"])]
+    reservations = [r for r in reservations if not request.traveller or audit.is_passenger(user, r)]
     fields = {
         "known_info": f"You are {user['name']['first_name']} {user['name']['last_name']}. "
         f"Your user id is {user['user_id']}.",
         "city": user["address"]["city"],
         "method_count": len(user["payment_methods"]),
     }
-    upcoming = sorted((r for r in reservations if _first_date(r) > TODAY),
+    upcoming = sorted((r for r in reservations if _first_date(r) > TODAY and audit.is_upcoming(r)),
                       key=lambda r: (_first_date(r), r["reservation_id"]))
     if upcoming:
         trip = upcoming[0]
@@ -430,7 +461,7 @@ def _with_templates(kind: str, parents: list) -> list[tuple]:
 
 
 def _build(domain: str, kind: str) -> list:
-    n = COUNTS[domain]
+    n = COUNTS[domain][kind]
     if kind == "explicit_request":
         parents = select_parents(domain, kind, list(upstream_tasks(domain)), n)
         return [_explicit_request(domain, p, t, k) for p, t, k, _ in _with_templates(kind, parents)]

@@ -14,7 +14,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from handoff.tasks import behaviour, paths
+from handoff.tasks import behaviour, gold_policy, paths
 from handoff.tasks.catalog_doc import render_catalog
 from handoff.tasks.derive import KINDS, build_kind, parse_derived_id
 from handoff.tasks.labels import (
@@ -104,6 +104,10 @@ def build(root: Path | None = None, workers: int | None = None) -> list[Path]:
     as its kind requires stops the build before anything is written."""
     root = Path(root or paths.REPO_ROOT)
     derived = derived_tasks()
+    unhandled = gold_problems(root, derived)
+    if unhandled:
+        raise ManifestError("golds that break the policy and are not handled (docs/tasks.md, \"Golds against the "
+                            "policy\"):\n  " + "\n  ".join(unhandled))
     files = render(root, derived)
     files[paths.BEHAVIOUR_FILE] = _behaviour_json(root, derived, workers)
     written = []
@@ -123,6 +127,7 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
     root = Path(root or paths.REPO_ROOT)
     problems = _hash_chain_problems(root)
     derived = derived_tasks()
+    problems += gold_problems(root, derived)
     for rel, data in render(root, derived).items():
         target = root / rel
         if not target.exists():
@@ -130,6 +135,14 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
         elif target.read_bytes() != data:
             problems.append(f"{rel}: stale, differs from a fresh build:\n    " + "\n    ".join(_describe(target, data)))
     return problems + behaviour_problems(root, derived, rerun, workers)
+
+
+def gold_problems(root: Path, derived: dict) -> list[str]:
+    """What the gold checker flags and nothing handles (handoff.tasks.gold_policy.problems), with root's
+    overrides."""
+    tasks = {d: {t.id for t in upstream_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
+             for d in DOMAINS}
+    return gold_policy.problems(derived, read_overrides(root / paths.OVERRIDES_FILE, tasks))
 
 
 # --- the behaviour record ---------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ class OutOfScopeRequest:
     policy_checked: str
     why: str
     item_class: str | None = None  # retail: the class of product the request needs (retail_products.yaml)
+    traveller: bool = False  # airline: the request concerns who flies, so the user must be a passenger
 
 
 AIRLINE = (
@@ -40,6 +41,7 @@ AIRLINE = (
         "(first name, last name, date of birth only); update_reservation_baggages (bag counts only).",
         "Reservation attributes; Modify flight (flights, cabin, baggage and insurance, passengers); Book flight.",
         "No tool records special assistance and no clause mentions it, nor forbids it.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "pet_in_cabin",
@@ -49,6 +51,7 @@ AIRLINE = (
         "(people only); book_reservation.",
         "Checked bag allowance; Change baggage and insurance; Reservation attributes.",
         "Pets are not bags or passengers; no tool or clause covers them, and no clause forbids them.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "special_meal",
@@ -56,6 +59,7 @@ AIRLINE = (
         "get_reservation_details (no meal field); update_reservation_passengers; update_reservation_flights.",
         "Reservation attributes; Modify flight.",
         "Meals appear nowhere in the tools or the policy.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "seat_selection",
@@ -64,6 +68,7 @@ AIRLINE = (
         "(flights and cabin only); get_reservation_details (no seat assignment).",
         "Flight (available seats per cabin class); Change cabin; Modify flight.",
         "Seats are only counted per cabin; no tool assigns a seat and no clause covers seat assignment.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "known_traveler_number",
@@ -72,6 +77,7 @@ AIRLINE = (
         "update_reservation_passengers (first name, last name, date of birth only); get_user_details.",
         "Change passengers (names and number of passengers); User profile attributes.",
         "Passengers have no traveler-number field; the passenger clause only covers who flies.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "lounge_day_pass",
@@ -80,6 +86,7 @@ AIRLINE = (
         "book_reservation (flights only); update_reservation_baggages; send_certificate; calculate.",
         "Book flight; Payment; Refunds and Compensation.",
         "The agent can only sell flights, bags and insurance; nothing covers lounge access.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "lost_baggage_trace",
@@ -89,6 +96,7 @@ AIRLINE = (
         "(adds bags, cannot trace them).",
         "Checked bag allowance; Change baggage and insurance; Refunds and Compensation (cancelled or delayed flights only).",
         "Bags are only counted; no tool tracks or traces a bag and no clause covers lost bags.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "missing_miles",
@@ -97,6 +105,7 @@ AIRLINE = (
         "get_user_details (no miles or points balance); send_certificate (certificates, not miles).",
         "User profile (membership level, no miles); Refunds and Compensation.",
         "Miles do not exist in the database or the policy; a certificate is not what the user asks for.",
+        traveller=True,
     ),
     OutOfScopeRequest(
         "update_profile_address",
@@ -126,6 +135,7 @@ AIRLINE = (
         "get_reservation_details and get_flight_status (data only, no letters); no document tool exists.",
         "Reservation attributes; Flight status.",
         "The agent can read the flight but cannot issue an official letter; no clause covers it.",
+        traveller=True,
     ),
 )
 

@@ -26,3 +26,5 @@ def scenario_file(domain: str) -> Path:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+POLICY_CLAUSES_FILE = Path("data/policy/clauses.yaml")
+GOLD_RESOLUTIONS_FILE = Path("data/policy/gold_resolutions.yaml")

@@ -77,6 +77,14 @@ def has_gold_transfer(task) -> bool:
 
 
 @cache
+def tool_names(domain: str) -> frozenset[str]:
+    """Names of every tool of the domain (the pinned toolkit)."""
+    from tau2.registry import registry
+
+    return frozenset(registry.get_env_constructor(domain)().tools.get_tools())
+
+
+@cache
 def write_tools(domain: str) -> frozenset[str]:
     """Names of the domain's tools that change the database (ToolType.WRITE in the pinned toolkit)."""
     from tau2.environment.toolkit import ToolType

@@ -245,3 +245,105 @@ def test_the_build_refuses_a_false_premise(monkeypatch):
     derive = _patched_scenarios(monkeypatch, edit)
     with pytest.raises(ValueError, match="price_match: false_premise: the .* not cheaper"):
         derive.build_kind("retail", "out_of_scope")
+
+
+# --- issue 23: temperament lines by what they say, added lines against the parent's script, premises of every kind
+
+
+@pytest.mark.parametrize("domain, line, temperament", [
+    ("retail", "You are a funny guy but recently the work from home situation has made you a bit anxious.", True),
+    ("retail", "You like to talk a lot and explain your situation.", True),
+    ("retail", "You are polite, optimistic, organized.", True),
+    ("airline", "You are reactive to the agent and will not say anything that is not asked.", True),
+    ("retail", "You are brief and your memory is not too good sometimes, but you are polite.", True),  # a calm trait
+    ("airline", "You are not good at math so you want the agent to calculate and decide for you.", False),  # a tool
+    ("retail", "You like the cotton feeling.", False),  # an option value
+    ("retail", "If the agent asks for confirmation, do not say yes immediately.", False),
+    ("airline", "You are willing to admit that you are wrong if the agent corrects you.", False),  # a condition
+    ("airline", "Your birthday is in your user profile so you prefer not to provide it.", False),  # not the user
+    ("airline", "Since you live in Princeton, EWR and PHL are equally convenient for you.", False),  # a place
+    ("airline", "You want to change the name from Mei Lee to Mei Garcia.", False),  # names
+])
+def test_temperament_lines_are_found_by_what_they_say(domain, line, temperament):
+    assert checks.is_persona_line(line, domain) is temperament
+
+
+def _hard_negative_of(domain: str, parent_id: str):
+    return next(t for t in load_tasks(domain, kinds=["hard_negative"]) if parse_derived_id(t.id).parent_id == parent_id)
+
+
+def test_an_added_line_that_contradicts_the_parent_script_is_found():
+    # retail 47's user is scripted to "provide 9502126 first" (a wrong order id)
+    task = _hard_negative_of("retail", "47")
+    parent = parents("retail")["47"]
+    assert checks.script_contradictions(task, parent) == []
+    promising = with_text(task, task_instructions=task.user_scenario.instructions.task_instructions
+                          + "\n\nAnswer every question truthfully.")
+    assert "script_contradiction" in findings("retail", "hard_negative", promising)
+    # a threat over a fault: only where the parent has none (airline 25 books a flight for a friend)
+    plain = _hard_negative_of("airline", "25")
+    threat = plain.model_copy(update={"user_scenario": plain.user_scenario.model_copy(
+        update={"persona": "You threaten to leave unless the agent fixes this immediately."})})
+    assert "script_contradiction" in findings("airline", "hard_negative", threat)
+    faulty = next(t for t in load_tasks("airline", kinds=["hard_negative"])  # a parent with something at fault
+                  if checks._FAULT.search(checks._scenario_text(parents("airline")[parse_derived_id(t.id).parent_id])))
+    with_threat = faulty.model_copy(update={"user_scenario": faulty.user_scenario.model_copy(
+        update={"persona": threat.user_scenario.persona})})
+    assert checks.script_contradictions(with_threat, parents("airline")[parse_derived_id(faulty.id).parent_id]) == []
+
+
+def test_premises_are_checked_for_every_kind_and_the_traveller():
+    task = load_tasks("airline", kinds=["explicit_request"])[0]
+    # NQNU5R (aarav_ahmed_6699) was flown on 2024-05-13/14: not upcoming
+    flown = with_text(task, reason_for_call="You want to cancel your upcoming reservation NQNU5R.",
+                      known_info="Your user id is aarav_ahmed_6699.")
+    assert "reservation NQNU5R is not upcoming" in checks.premise_problems("airline", flown, product_classes())
+    mine = with_text(flown, reason_for_call="You want to cancel your reservation NQNU5R.")
+    assert checks.premise_problems("airline", mine, product_classes()) == []
+    # a meal on a trip the user booked for others: who flies matters for a traveller request, not for a booking
+    db = raw_db("airline")
+    reservation = next(r for r in sorted(db["reservations"].values(), key=lambda r: r["reservation_id"])
+                       if checks.is_upcoming(r) and not checks.is_passenger(db["users"][r["user_id"]], r))
+    meal = next(t for t in load_tasks("airline", kinds=["out_of_scope"]) if t.id.endswith("special_meal"))
+    request = with_text(meal, reason_for_call=f"You need a vegetarian meal on every flight of reservation "
+                                              f"{reservation['reservation_id']}.",
+                        known_info=f"Your user id is {reservation['user_id']}.")
+    assert any("not a passenger" in p for p in checks.premise_problems("airline", request, product_classes()))
+    booking = with_text(task, reason_for_call=request.user_scenario.instructions.reason_for_call,
+                        known_info=request.user_scenario.instructions.known_info)
+    assert not any("not a passenger" in p for p in checks.premise_problems("airline", booking, product_classes()))
+
+
+def test_retail_products_named_as_the_users_are_checked():
+    task = load_tasks("retail", kinds=["hard_negative"])[0]
+    db = raw_db("retail")
+    user = db["users"]["james_johnson_9321"]  # his only pending order #W1006327 holds no t-shirt
+    known = f"Your email is {user['email']}."
+    held = db["orders"]["#W1006327"]["items"][0]["name"].lower()
+    assert checks.premise_problems("retail", with_text(
+        task, reason_for_call=f"You want the {held} in your pending order changed.", known_info=known,
+        task_instructions=""), product_classes()) == []
+    assert any("t-shirt" in p for p in checks.premise_problems("retail", with_text(
+        task, reason_for_call="You want the t-shirt in your pending order changed.", known_info=known,
+        task_instructions=""), product_classes()))
+
+
+def test_a_scenario_text_cut_short_is_refused(monkeypatch, tmp_path):
+    """In YAML an unquoted " #W9300146" starts a comment: the request ended "in order" (retail 44, 105)."""
+    from handoff.tasks import derive
+
+    assert all(". You want a human agent" in t.user_scenario.instructions.reason_for_call
+               for t in load_tasks("retail", kinds=["explicit_request"]))
+    source = (ROOT / paths.scenario_file("retail")).read_text()
+    assert '"44": "You want the desk lamp in order #W9300146' in source
+    (tmp_path / paths.scenario_file("retail")).parent.mkdir(parents=True)
+    (tmp_path / paths.scenario_file("retail")).write_text(source.replace(
+        '"44": "You want the desk lamp in order #W9300146 changed to the cheapest one available, with the difference '
+        'on a gift card."', '"44": You want the desk lamp in order #W9300146 changed.'))
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    derive.scenarios.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="do not end a sentence .*: /explicit_request/requests/44"):
+            derive.scenarios("retail")
+    finally:
+        derive.scenarios.cache_clear()
