@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from handoff.tasks import paths
+
 DEFAULT_REVIEW_DIR = Path("build/labels-review")
 
 
@@ -36,10 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     check = actions.add_parser(
         "check", parents=[root],
         help="exit 1 and say what differs if a committed file is stale, a recorded hash does not match, or the "
-        "behaviour record is missing, wrong or disagrees with a re-run",
+        "behaviour record is missing, wrong or disagrees with a re-run, or a gold that breaks the policy is not "
+        "handled",
     )
     check.add_argument("--rerun", type=int, default=1, metavar="N",
                        help="re-run N tasks per domain and kind with tau2's evaluator (0: none; default 1)")
+    actions.add_parser(
+        "golds", parents=[root],
+        help="list every upstream gold that breaks a policy clause (data/policy/clauses.yaml) or transfers, with its "
+        "hand-check (data/policy/gold_resolutions.yaml); exit 1 if anything is not handled",
+    )
     review = actions.add_parser("review", parents=[root], help="write the hand-check pages (Markdown and HTML)")
     review.add_argument("--domain", choices=DOMAINS, action="append", help="a domain (repeatable; default: all)")
     review.add_argument("--kind", choices=("upstream", *DERIVED_KINDS), action="append",
@@ -68,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             _report_written(set_override(args.root, args.domain, args.task_id, args.should_transfer, args.reason))
             print(f"{args.domain}/{args.task_id}: should_transfer={str(args.should_transfer).lower()} recorded")
             return 0
+        if args.action == "golds":
+            return _golds(args.root)
         if args.action == "review":
             written = review(args.out, args.domain, args.kind, args.root)
             print("\n".join(f"wrote {p}" for p in written))
@@ -82,6 +92,27 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("task sets, labels, splits and the behaviour record are up to date")
     return 0
+
+
+def _golds(root: Path | None) -> int:
+    from handoff.tasks import gold_policy
+    from handoff.tasks.manifests import derived_tasks, gold_problems
+    from handoff.tasks.upstream import DOMAINS, has_gold_transfer, upstream_tasks
+
+    for domain in DOMAINS:
+        for task in upstream_tasks(domain):
+            found = gold_policy.upstream_violations(domain, task.id)
+            if not found and not has_gold_transfer(task):
+                continue
+            entry = gold_policy.resolutions().get(domain, {}).get(task.id, {})
+            print(f"{domain}/{task.id}: gold {entry.get('gold', '?')}, label {entry.get('label', '?')}"
+                  + (" (gold transfer)" if has_gold_transfer(task) else ""))
+            for v in found:
+                print(f"  {v.clause} ({gold_policy.clause(domain, v.clause).cite()}): action {v.step}, {v.message}")
+    problems = gold_problems(Path(root or paths.REPO_ROOT), derived_tasks())
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _report_written(written: list) -> int:

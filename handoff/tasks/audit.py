@@ -137,7 +137,8 @@ _UNTRUTH = re.compile(
     r"tell|say|provide|give)|without (revealing|mentioning)|(give|provide|say) [^.]{0,30}\b(\d+|wrong|incorrect)\b"
     r"[^.]{0,20}\bfirst)\b", re.IGNORECASE)
 _FULL_DISCLOSURE = re.compile(
-    r"\b(truthful\w*|correct answers?|every detail|answer\w* every question|(never|without) hold\w* back|all the information|"
+    r"\b(truthful\w*|correct answers?|every detail|answer\w* every question|(never|without) hold\w* back|"
+    r"all the information|"
     r"the information (the agent|it) asks for|give the facts)\b", re.IGNORECASE)
 # A threat that presupposes a fault ("if this is not fixed"), and a parent with nothing at fault.
 _FAULT_THREAT = re.compile(r"\b(fix(es|ed)?|repair\w*|make (this|it) right)\b", re.IGNORECASE)

@@ -138,7 +138,8 @@ def basic_economy_flights(db, args: dict, ctx: Context) -> str | None:
     if reservation is None or reservation.cabin != "basic_economy":
         return None
     old, new = _flight_keys(reservation.flights), _flight_keys(args.get("flights", []))
-    return f"flights of basic-economy reservation {reservation.reservation_id} changed" if set(old) != set(new) else None
+    changed = set(old) != set(new)
+    return f"flights of basic-economy reservation {reservation.reservation_id} changed" if changed else None
 
 
 @check
@@ -181,7 +182,8 @@ def payment_in_profile(db, args: dict, ctx: Context) -> str | None:
 def update_payment_kind(db, args: dict, ctx: Context) -> str | None:
     user, (payment_id,) = _airline_payments(db, args)
     method = user.payment_methods.get(payment_id) if user else None
-    return f"{payment_id} is a {method.source}" if method and method.source not in ("gift_card", "credit_card") else None
+    kind_ok = method is None or method.source in ("gift_card", "credit_card")
+    return None if kind_ok else f"{payment_id} is a {method.source}"
 
 
 @check
@@ -204,7 +206,8 @@ def bags_not_removed(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or args.get("total_baggages", 0) >= reservation.total_baggages:
         return None
-    return f"checked bags of {reservation.reservation_id} lowered from {reservation.total_baggages} to {args['total_baggages']}"
+    return (f"checked bags of {reservation.reservation_id} lowered from {reservation.total_baggages} to "
+            f"{args['total_baggages']}")
 
 
 @check
@@ -243,7 +246,9 @@ def _order(db, args: dict):
 def _status_is(wanted: str) -> Callable:
     def status_check(db, args: dict, ctx: Context) -> str | None:
         order = _order(db, args)
-        return f"order {order.order_id} is {order.status!r}, not {wanted!r}" if order and order.status != wanted else None
+        if order is None or order.status == wanted:
+            return None
+        return f"order {order.order_id} is {order.status!r}, not {wanted!r}"
 
     return status_check
 
@@ -495,7 +500,8 @@ def _entry_problems(domain: str, task, entry: dict | None, overrides: dict) -> l
     problems = []
     if sorted(entry.get("findings") or []) != found:
         problems.append(f"{where}: findings {sorted(entry.get('findings') or [])}, the checker finds {found}")
-    if entry.get("gold") not in VERDICTS or entry.get("label") not in RESOLUTIONS or not str(entry.get("note", "")).strip():
+    noted = str(entry.get("note", "")).strip()
+    if entry.get("gold") not in VERDICTS or entry.get("label") not in RESOLUTIONS or not noted:
         problems.append(f"{where}: needs gold ({'|'.join(VERDICTS)}), label ({'|'.join(RESOLUTIONS)}) and a note")
     override = overrides.get((domain, task.id))
     if entry.get("label") == "override" and override is None:

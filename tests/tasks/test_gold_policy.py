@@ -40,9 +40,11 @@ def flights(*pairs: tuple[str, str]) -> list[dict]:
 ONE_PASSENGER = [{"first_name": "Aarav", "last_name": "Ahmed", "dob": "1985-04-04"}]
 M20IZO = flights(("HAT268", "2024-05-22"), ("HAT010", "2024-05-22"))  # aarav_ahmed_6699's economy trip
 # 018BE2: juan_taylor_8806's business trip, booked 2024-05-06, no insurance, every flight upcoming.
-J018BE2 = flights(("HAT176", "2024-05-27"), ("HAT263", "2024-05-27"), ("HAT212", "2024-05-28"), ("HAT053", "2024-05-28"))
+J018BE2 = flights(("HAT176", "2024-05-27"), ("HAT263", "2024-05-27"),
+                  ("HAT212", "2024-05-28"), ("HAT053", "2024-05-28"))
 # 02EA8Y: lucas_hernandez_8985's economy trip, flown 2024-05-06 and 2024-05-14.
-J02EA8Y = flights(("HAT230", "2024-05-06"), ("HAT097", "2024-05-06"), ("HAT073", "2024-05-14"), ("HAT119", "2024-05-14"))
+J02EA8Y = flights(("HAT230", "2024-05-06"), ("HAT097", "2024-05-06"),
+                  ("HAT073", "2024-05-14"), ("HAT119", "2024-05-14"))
 
 
 def booking(**changes) -> Action:
@@ -291,3 +293,17 @@ def test_overrides_reference_known_tasks():
     tasks = {d: {t.id for t in load_tasks(d)} for d in DOMAINS}
     assert read_overrides(ROOT / paths.OVERRIDES_FILE, tasks)
     assert all(t in {u.id for u in upstream_tasks(d)} for d in DOMAINS for t in gp.resolutions()[d])
+
+
+def test_labels_golds_lists_the_hand_check_and_fails_on_anything_unhandled(derived, monkeypatch, capsys):
+    from handoff.cli import main as cli_main
+    from handoff.tasks import manifests
+
+    monkeypatch.setattr(manifests, "derived_tasks", lambda: derived)
+    assert cli_main(["labels", "golds"]) == 0
+    out = capsys.readouterr().out
+    assert "airline/9: gold breaks, label override" in out and "cancel_flown (airline policy.md line 141" in out
+    assert "retail/26: gold breaks, label override (gold transfer)" in out
+    _with_resolutions(monkeypatch, lambda d: d["retail"].pop("105"))
+    assert cli_main(["labels", "golds"]) == 1
+    assert "retail/105: not hand-checked" in capsys.readouterr().err

@@ -126,7 +126,8 @@ def test_hard_negatives_keep_a_solvable_parent(domain):
         assert task.evaluation_criteria == parent.evaluation_criteria
         assert task.user_scenario.persona in scenarios(domain)["hard_negative"]["personas"][ref_template(task)]
         instructions = task.user_scenario.instructions
-        assert instructions.reason_for_call == strip_persona_lines(parent.user_scenario.instructions.reason_for_call, domain)
+        parent_reason = parent.user_scenario.instructions.reason_for_call
+        assert instructions.reason_for_call == strip_persona_lines(parent_reason, domain)
         assert any(line in instructions.task_instructions for line in scenarios(domain)["hard_negative"]["no_human"])
         assert gold_changes_db(domain, parent), "a transfer instead of the gold must fail tau2's DB check"
 
