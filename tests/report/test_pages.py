@@ -164,6 +164,17 @@ def test_browser_filter_narrows_the_index_and_loads_only_what_it_needs(run):
     assert n == len(expected) > 0 and loaded == ["data/late__retail.js"]
 
 
+def test_browser_sorts_the_index_by_a_column(run):
+    shown = browser.Elements(browser.dom(RunPaths(run).report / "episodes" / "index.html", "checkpoint=early&sort=-reward"))
+    cells: dict[int, list[str]] = {}  # the cells of each table row
+    for e in shown.found:
+        if e["tag"] == "td":
+            cells.setdefault(id(e["parents"][-1]), []).append(e["text"])
+    rewards = [float(row[-1]) for row in cells.values()]  # the last column is the reward
+    assert len(rewards) == sum(e.model == "early" for e in reduce_run(run).episodes)
+    assert rewards == sorted(rewards, reverse=True) and rewards[0] > rewards[-1]
+
+
 def test_browser_report_number_links_to_its_episodes(run):
     report = RunPaths(run).report_html
     links = browser.Elements(browser.dom(report)).having(tag="a")
