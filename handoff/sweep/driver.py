@@ -2,8 +2,8 @@
 for the whole sweep and shared when it is the same checkpoint), feeds episodes to the worker
 pool, records each finished episode at once, writes each finished shard atomically, and retries.
 
-Ray absorbs actor crashes first: a killed worker is restarted and its episodes retried there
-(max_task_retries), a killed engine replica is restarted and its requests retried.
+Ray restarts crashed actors: a killed engine replica is restarted and its requests retried there;
+a killed worker is restarted and the driver resubmits the episodes it was running.
 
 Lost infrastructure is not the episodes' fault. While an engine replica or a worker is unavailable
 (its node died, Ray is restarting it) the driver dispatches nothing to it: episodes go to the
@@ -14,7 +14,9 @@ so; a replica whose restarts are spent is dropped, and its engine set fails when
 
 What is the episode's own doing (an exception in it, a timeout) costs the shard an attempt: an
 attempt ends when one of its episodes fails, the failed episodes are resubmitted under the next
-attempt, and all the episodes that one crash takes down count as one attempt. A shard whose attempts
+attempt, and all the episodes that one crash takes down count as one attempt. An episode whose
+worker process dies under it again (an episode that runs it out of memory or crashes it every
+time) is its own doing too: the first death is free, each further one costs an attempt. A shard whose attempts
 are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
 partial/<id>.jsonl for the next resume.
 """
@@ -25,7 +27,7 @@ import math
 import os
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
@@ -33,6 +35,7 @@ from handoff.sweep.config import Checkpoint, ConfigError, EngineConfig, SweepCon
 from handoff.sweep.engines import (
     EngineHost,
     EngineUnavailableError,
+    ScriptConfig,
     actor_env,
     actor_state,
     one_engine,
@@ -93,16 +96,32 @@ class Live:
         return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
 
 
-def infrastructure_lost(exc: BaseException) -> bool:
-    """An error that says an engine or a worker was lost (its node died, its process is being
-    restarted), not that the episode failed."""
+def engine_lost(exc: BaseException) -> bool:
+    """An episode's error that says one of its engines is unavailable (dead for good, or down past
+    engine.load_timeout_s)."""
+    return isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError)
+
+
+def ray_lost(exc: BaseException) -> bool:
+    """Ray's word that a process the episode used died (its node died, it was killed)."""
     import ray.exceptions as rx
 
-    if isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError):
-        return True
     if isinstance(exc, rx.RayActorError):
         return not exc.actor_init_failed
     return isinstance(exc, (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError))
+
+
+def worker_lost(exc: BaseException) -> bool:
+    """An episode's error that says its own worker process died (not an error the episode raised)."""
+    from ray.exceptions import RayTaskError
+
+    return ray_lost(exc) and not isinstance(exc, RayTaskError) and not engine_lost(exc)
+
+
+def infrastructure_lost(exc: BaseException) -> bool:
+    """An error that says an engine or a worker was lost (its node died, its process is being
+    restarted), not that the episode failed."""
+    return engine_lost(exc) or ray_lost(exc)
 
 
 @dataclass
@@ -153,6 +172,7 @@ class Driver:
         self.total = sum(len(s.episodes) for s in shards)
         self.failures = 0
         self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
+        self.worker_deaths: Counter = Counter()  # (shard id, episode key): how often its worker died under it
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
         self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # execute() makes the sweep's
@@ -173,8 +193,11 @@ class Driver:
 
     def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
         """Whether `ck` is served by the user simulator's engines: the same engine settings (path,
-        tokenizer, max_model_len), since an engine serves only what it was built for."""
-        return user is not None and self.cfg.engine.kind != "scripted" and one_engine(ck, user, self.cfg.engine)
+        tokenizer, max_model_len), since an engine serves only what it was built for (a scripted
+        engine only with engine.script.share_user_engine)."""
+        e = self.cfg.engine
+        engine_shares = e.kind != "scripted" or ScriptConfig.model_validate(e.script).share_user_engine
+        return user is not None and engine_shares and one_engine(ck, user, e)
 
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
@@ -228,7 +251,14 @@ class Driver:
             self._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
 
     def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
-        return self.await_engines(self.launch_engines(ck, role))
+        """Launch the replicas and wait until they are loaded; replicas of a start that failed or
+        timed out are stopped (their placement groups freed for the next checkpoint)."""
+        ref = self.launch_engines(ck, role)
+        try:
+            return self.await_engines(ref)
+        except BaseException:
+            self.stop_engines(ref)
+            raise
 
     def stop_engines(self, ref: EngineRef | None) -> None:
         for replica in ref.replicas if ref else []:
@@ -251,10 +281,10 @@ class Driver:
         else:
             free = self.ray.cluster_resources().get("CPU", 1) - self._engine_cpus()
             n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
-        # A killed worker is restarted by Ray and its episodes retried there (max_task_retries);
-        # what still fails reaches the driver and costs the shard an attempt.
+        # A killed worker is restarted by Ray; the driver resubmits its episodes (no retries by Ray,
+        # which the driver could not count: an episode that kills its worker every time must end).
         actor = self.ray.remote(self.worker_cls).options(
-            num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=self.cfg.max_attempts)
+            num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=0)
         config = self.cfg.model_dump(mode="json")
         self.workers = [actor.remote(config, self.log_dir) for _ in range(n)]
         self.load = [0] * n
@@ -374,7 +404,7 @@ class Driver:
         live: Live | None = None
         while placement.has_work() or inflight:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
-                live = self._live(placement.engine_sets(), user, inflight)
+                live = self._live(placement, user, inflight)
                 if live.fatal:  # an outage past its deadline or a dead user engine: every shard fails
                     self._abandon(live.fatal, bar, list(self.todo.values()))
                     return
@@ -412,6 +442,7 @@ class Driver:
             if self.outage is None:  # an outage does not count against the episodes' time
                 for ref, item in list(inflight.items()):
                     if time.monotonic() - item.started > self.cfg.episode_timeout_s:
+                        self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
                         inflight.pop(ref)
                         self.load[item.worker] -= 1
                         placement.finished(item.slot, None)
@@ -428,11 +459,15 @@ class Driver:
 
     HEALTH_EVERY_S = 2.0
 
-    def _live(self, agents: list[EngineRef], user: EngineRef | None, inflight: dict) -> Live:
+    def _live(self, placement, user: EngineRef | None, inflight: dict) -> Live:
         """The workers and engine replicas that are alive now, and the engine sets whose every
-        replica is dead for good. An outage (the user's engines, every agent engine set or the
-        workers with none alive) is timed, and fatal past engine.load_timeout_s."""
+        replica is dead for good. An outage is timed, and past engine.load_timeout_s fatal to every
+        shard while it pauses dispatch (the user's engines, every agent engine set or the workers
+        with none alive), else to the shards of the checkpoints whose queued episodes no engine
+        alive can take (the placement's `stranded`: under rolling, a slot pinned to the user
+        simulator's engines goes on with its own checkpoint only)."""
         e, now = self.cfg.engine, time.monotonic()
+        agents = placement.engine_sets()
         workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
         sets = agents + ([user] if user is not None else [])
         state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
@@ -441,25 +476,32 @@ class Driver:
         dead = [ref for ref in sets if all(r._actor_id in gone for r in ref.replicas)]
         down = [ref for ref in sets if ref not in dead and not any(r._actor_id in alive for r in ref.replicas)]
         agents_down = all(ref in down or ref in dead for ref in agents)  # under rolling, other slots go on
-        missing = [f"{ref.name} (no replica alive: each needs {self.replica_needs()})"
-                   for ref in down if ref is user or agents_down]
-        fatal = self.dead_error(user) if user in dead else ""
+        pausing = [self._unavailable(ref) for ref in down if ref is user or agents_down]
         if not workers:
-            missing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
+            pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
+        stranded = [] if pausing else placement.stranded(alive)
+        missing = pausing + [self._unavailable(ref) for ref in stranded]
         if missing and self.outage is None:
             self.outage = Outage(now, missing)
         elif not missing and self.outage is not None:
             for item in inflight.values():  # an outage does not count against the episodes' time
                 item.started += now - self.outage.since
             self.outage = None
+        fatal = self.dead_error(user) if user in dead else ""
+        dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
         if self.outage is not None and now - self.outage.since > e.load_timeout_s:
-            fatal = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
+            error = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
                      f"{'; '.join(missing)}. Its node died and no node with these resources joined in time; "
                      "resume the run once the cluster has them")
+            fatal = fatal or (error if pausing else "")
+            dead_sets += [] if pausing else [(ref, error) for ref in stranded]
+            self.outage = None
         if fatal:
             self.outage = None
-        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not missing, fatal,
-                    [(ref, self.dead_error(ref)) for ref in dead if ref is not user], gone)
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone)
+
+    def _unavailable(self, ref: EngineRef) -> str:
+        return f"{ref.name} (no replica alive: each needs {self.replica_needs()})"
 
     def _abandon(self, error: str, bar, states: list[ShardState]) -> None:
         """Fail the unfinished shards of `states` with `error` (their finished episodes stay in
@@ -491,15 +533,17 @@ class Driver:
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
         """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine
-        or worker does not (returns True then)."""
+        or worker does not, unless the worker died under this episode before (returns True when
+        an engine or a worker was lost)."""
         st = item.state
-        if infrastructure_lost(exc):
+        lost = infrastructure_lost(exc)
+        if lost and not self._killed_its_worker_again(item, exc):
             self.lost += 1
             if not st.failed:
                 placement.requeue(st, item.episode)
             return True
         self.failures += 1
-        st.last_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
+        st.last_error = self._error_text(item, exc)
         if item.attempt == st.attempt:  # the first failure of this attempt ends it
             st.attempt += 1
         if st.attempt > self.cfg.max_attempts:
@@ -507,7 +551,24 @@ class Driver:
         else:
             placement.requeue(st, item.episode)
         self._postfix(bar)
-        return False
+        return lost
+
+    def _killed_its_worker_again(self, item: Inflight, exc: Exception) -> bool:
+        """Whether `exc` says the episode's worker died, and not for the first time under this
+        episode (a node's loss kills it once; an episode that crashes its worker does every time)."""
+        if not worker_lost(exc):
+            return False
+        key = (item.state.shard.id, item.episode.key)
+        self.worker_deaths[key] += 1
+        return self.worker_deaths[key] > 1
+
+    def _error_text(self, item: Inflight, exc: Exception) -> str:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]
+        if worker_lost(exc):
+            deaths = self.worker_deaths[(item.state.shard.id, item.episode.key)]
+            text = (f"the worker process died {deaths} times while running episode {'/'.join(map(str, item.episode.key))} "
+                    f"(out of memory, or a crash: see the worker's log): {text}")
+        return text
 
     def _postfix(self, bar) -> None:
         bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))

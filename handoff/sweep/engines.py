@@ -56,6 +56,9 @@ class ScriptConfig(BaseModel):
     turn_marker: str = "<|im_start|>assistant"
     fail_sessions: str | None = None  # regex: requests of matching sessions raise (a broken episode)
     service_log: str | None = None
+    # The agent shares the user simulator's replicas when the paths match, as vLLM engines do (each
+    # request's role from its session id): the rolling schedule's pinned slots, for tests.
+    share_user_engine: bool = False
 
 
 class _Tokenizer:
@@ -100,8 +103,9 @@ class ScriptedReplay:
     async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
         from handoff.engine.scripted import ScriptedEngine
 
-        completions = getattr(self.script, self.role)
-        turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[self.role]
+        role = self._role(request_id)
+        completions = getattr(self.script, role)
+        turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[role]
         completion = completions[min(max(turns, 0), len(completions) - 1)]
         async with self.batch:
             started = time.time()
@@ -111,6 +115,11 @@ class ScriptedReplay:
             raise RuntimeError(f"scripted failure for {request_id}")
         return ScriptedEngine(self.tokenizer, [completion]).generate(prompt_ids, sampling)
 
+    def _role(self, request_id: str) -> str:
+        if not self.script.share_user_engine:
+            return self.role
+        return "user" if request_id.startswith("user/") else "agent"
+
     def _log_service(self, started: float) -> None:
         if self.script.service_log:
             line = f"{os.getpid()} {self.checkpoint.name} {started:.6f} {time.time():.6f}\n"
@@ -118,19 +127,39 @@ class ScriptedReplay:
                 f.write(line)
 
 
+class EpisodeCancelled(RuntimeError):
+    """The driver gave the episode up (it ran over episode_timeout_s) and cancelled its Ray task."""
+
+
+def task_cancelled() -> bool:
+    """Whether ray.cancel() was called on the Ray task this thread runs (an episode in a threaded
+    worker actor); False outside such a task."""
+    import ray
+
+    try:
+        return ray.get_runtime_context().is_canceled()
+    except RuntimeError:  # the driver, an async actor
+        return False
+
+
 class EngineUnavailableError(RuntimeError):
     """An engine replica that is dead for good or stayed unavailable past engine.load_timeout_s:
     not the episode's fault (the driver does not count it as an attempt)."""
 
 
+UNREGISTERED = "UNREGISTERED"
+
+
 def actor_state(handle) -> str:
     """The actor's state in the GCS actor table: ALIVE, RESTARTING, PENDING_CREATION,
-    DEPENDENCIES_UNREADY or DEAD. (ray.util.state would need the dashboard, which an embedded
+    DEPENDENCIES_UNREADY or DEAD; UNREGISTERED while the table has no entry for it yet (the actor's
+    owner registers it asynchronously: milliseconds after `.remote()`, seconds on a busy machine), which
+    is not alive yet and not dead either. (ray.util.state would need the dashboard, which an embedded
     cluster does not start.)"""
     from ray._private import state
 
     info = state.actors(actor_id=handle._actor_id.hex())
-    return info.get("State", "DEAD") if info else "DEAD"
+    return info.get("State", UNREGISTERED) if info else UNREGISTERED
 
 
 def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
@@ -146,9 +175,10 @@ def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
 def one_engine(a: Checkpoint, b: Checkpoint, engine: EngineConfig) -> bool:
     """Whether one engine serves both checkpoints: a vLLM engine is what its settings make it (the
     agent and a user simulator with the same path, tokenizer and max_model_len share one); a
-    scripted replay answers in its checkpoint's name."""
+    scripted replay answers in its checkpoint's name (or in any of its path, with share_user_engine)."""
     if engine.kind == "scripted":
-        return a == b
+        shared = ScriptConfig.model_validate(engine.script).share_user_engine and a.path == b.path
+        return shared or a == b
     return engine_settings(a, engine) == engine_settings(b, engine)
 
 
@@ -354,6 +384,7 @@ class RayEngineClient:
     """A synchronous Engine over the replicas of one checkpoint, with sticky session routing."""
 
     POLL_S = 5.0  # how often a pending request checks that its replica is alive
+    TICK_S = 0.5  # how often it checks that its episode was not cancelled
 
     def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None,
                  load_timeout_s: float = 900, name: str = "engine", label: list[str] | None = None):
@@ -368,6 +399,7 @@ class RayEngineClient:
         index = route(session_id, len(self.replicas))
         replica = self.replicas[index]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
+        self._stop_if_cancelled()
         ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint, self.label)
         try:
             return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
@@ -381,12 +413,18 @@ class RayEngineClient:
     def _wait(self, ref, replica, index: int):
         """`ref` once it is ready. The request may take engine.request_timeout_s while its replica
         is alive; while the replica is down (Ray retries the request on its replacement) it waits
-        up to engine.load_timeout_s for the replacement."""
+        up to engine.load_timeout_s for the replacement. A cancelled episode cancels the request
+        (the engine actor's asyncio task: vLLM aborts it) and stops."""
         import ray
 
         deadline, down_since = time.monotonic() + self.timeout_s, None
-        while not ray.wait([ref], timeout=self.POLL_S)[0]:
-            now, state = time.monotonic(), actor_state(replica)
+        checked = time.monotonic()
+        while not ray.wait([ref], timeout=self.TICK_S)[0]:
+            self._stop_if_cancelled(ref)
+            now = time.monotonic()
+            if now - checked < self.POLL_S:
+                continue
+            checked, state = now, actor_state(replica)
             if state == "DEAD":
                 break  # ray.get raises the actor's error
             if state != "ALIVE":
@@ -401,3 +439,11 @@ class RayEngineClient:
             elif now > deadline:
                 raise TimeoutError(f"{self.name} request ran over engine.request_timeout_s={self.timeout_s:g}s")
         return ref
+
+    def _stop_if_cancelled(self, ref=None) -> None:
+        import ray
+
+        if task_cancelled():
+            if ref is not None:
+                ray.cancel(ref)
+            raise EpisodeCancelled(f"{self.name}: the episode was cancelled (it ran over episode_timeout_s)")

@@ -16,7 +16,9 @@ Engines that die behave the same under both: a checkpoint whose every replica (e
 it) is dead for good fails its unfinished shards (the driver's `_live`); under `rolling` a slot
 whose actor is dead for good, or whose load failed or ran past engine.load_timeout_s, is then
 retired and a fresh slot (a new actor) takes its place for the next checkpoint that needs one,
-as `sequential` starts new engines for the next checkpoint.
+as `sequential` starts new engines for the next checkpoint. A checkpoint whose load failed on one
+slot is loaded on no further slot; the slots that hold it already go on serving it, and its queued
+shards fail only once no slot holds it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Fixed:
 
     def drop_dead(self, gone: set) -> None:
         pass  # dead replicas take no episodes (`take`); the next checkpoint gets new engines
+
+    def stranded(self, alive: set) -> list[EngineRef]:
+        return []  # its one engine set down pauses dispatch, and the driver times that
 
     def take(self, n: int, alive: set) -> list[tuple]:
         """Up to `n` episodes on the replicas that are `alive` (actor ids); none while none is."""
@@ -128,6 +133,7 @@ class Rolling:
                  pinned: dict[str, EngineRef]):
         self.driver, self.ckpts = driver, [c for c in ckpts if c.name in queues]
         self.work = Work(queues)
+        self.unloadable: dict[str, str] = {}  # checkpoints whose load failed on a slot, and why
         self.slots = [Slot(cap * len(ref.replicas), engines=ref, pinned=True) for ref in pinned.values()]
         self.slots += [Slot(cap) for _ in range(self._agent_replicas())]
         self._move_free_slots(None)
@@ -157,8 +163,22 @@ class Rolling:
         for slot in [s for s in self.slots if not s.pinned and s.actor is not None and s.actor._actor_id in gone]:
             self._retire(slot)
 
+    def stranded(self, alive: set) -> list[EngineRef]:
+        """The engine sets of the checkpoints with queued episodes that no slot can take: none of
+        the slots holding it serves (`alive`: actor ids), and no slot of its own (not pinned) serves
+        or is still to start, so none will move to it. A pinned slot serves its checkpoint only."""
+        if any(not s.pinned and (s.actor is None or s.serving(alive)) for s in self.slots):
+            return []
+        holders = {c.name: [s for s in self.slots if s.holds == c.name] for c in self.ckpts if self.work.queued(c.name)}
+        return [EngineRef(self._checkpoint(name), [r for s in slots for r in s.replicas])
+                for name, slots in holders.items() if not any(s.serving(alive) for s in slots)]
+
+    def _checkpoint(self, name: str) -> Checkpoint:
+        return next(c for c in self.ckpts if c.name == name)
+
     def take(self, n: int, alive: set) -> list[tuple]:
         """Up to `n` episodes on slots whose replicas are `alive` (actor ids)."""
+        self._fail_unservable()
         self._move_free_slots(alive)
         out = []
         while len(out) < n:
@@ -210,7 +230,7 @@ class Rolling:
     def _target(self, alive: set | None) -> Checkpoint | None:
         """The earliest checkpoint with more queued episodes than its serving slots have room for (a
         slot whose replica is down leaves its checkpoint to the others)."""
-        for ck in self.ckpts:
+        for ck in [c for c in self.ckpts if c.name not in self.unloadable]:
             room = sum(s.cap for s in self.slots if s.holds == ck.name and s.serving(alive))
             if self.work.queued(ck.name) > room:
                 return ck
@@ -247,7 +267,14 @@ class Rolling:
         self.slots[self.slots.index(slot)] = Slot(slot.cap)
 
     def _load_failed(self, slot: Slot, error: str) -> None:
-        name = slot.target.name
+        """Retire the slot; its checkpoint is loaded on no other slot (`_fail_unservable`)."""
+        self.unloadable[slot.target.name] = error
         self._retire(slot)
-        self.driver.engine_not_started(name, {id(st): st for st, _ in self.work.queues[name]}.values(), error)
-        self.work.queues[name].clear()
+
+    def _fail_unservable(self) -> None:
+        """Fail the queued shards of each checkpoint that failed to load and that no slot holds (the
+        others that held it were retired, or moved on before an episode was requeued)."""
+        for name, error in self.unloadable.items():
+            if self.work.queued(name) and not any(s.holds == name for s in self.slots):
+                self.driver.engine_not_started(name, {id(st): st for st, _ in self.work.queues[name]}.values(), error)
+                self.work.queues[name].clear()

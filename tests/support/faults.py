@@ -1,0 +1,122 @@
+"""Faults injected into the real processes of a local Ray cluster: a `worker_process_setup_hook`
+(`inject`) that every Ray worker of the cluster runs at start-up, and a plan that the test writes
+to a JSON file (FAULTS_ENV names it) and may change between sweeps: the hooked calls read it each time.
+
+Plan keys (all optional):
+- "poison": a regex over episode keys "<model>/<domain>/<task>/<trial>": an episode worker about to
+  run a matching episode SIGKILLs its own process (an episode that OOMs or crashes its worker).
+- "kill_on_load": a file path: the first engine replica to begin an in-place load (EngineHost.load)
+  creates the file and SIGKILLs its own process, mid-reload.
+- "fail_loads": a regex over checkpoint names: building an engine for a matching checkpoint raises
+  (a checkpoint that cannot load); with "fail_once" (a file path) only the first such build, the one
+  that creates the file, raises (one replica's failed load).
+- "slow": a regex over request ids: an engine replica holds a matching request "slow_s" seconds
+  before serving it; with "slow_once" (a file path) only the first one. Logged as "slow <id>", then
+  "cancelled <id>" if its asyncio task is cancelled meanwhile, else "slow_done <id>".
+
+Each fault appends "<event> <pid> <what> <time.time()>" to the plan's "log" file (if given); so do
+episodes, as "run <pid> <key>" when one starts and "ran <pid> <key> <outcome>" when it ends (with
+"traced": true in the plan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+FAULTS_ENV = "HANDOFF_TEST_FAULTS"
+
+
+def plan() -> dict:
+    path = os.environ.get(FAULTS_ENV)
+    return json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
+
+
+def write_plan(path: Path, **faults) -> None:
+    path.write_text(json.dumps(faults))
+
+
+def _first(marker: str) -> bool:
+    """Whether this call is the first to claim `marker` (O_EXCL: one winner across processes)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _log(p: dict, event: str, what: str) -> None:
+    if p.get("log"):
+        with open(p["log"], "a") as f:
+            f.write(f"{event} {os.getpid()} {what} {time.time():.3f}\n")
+
+
+def _die(p: dict, event: str, what: str) -> None:
+    _log(p, event, what)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def inject() -> None:
+    """The setup hook: wrap the episode worker's and the engine replica's entry points."""
+    from handoff.sweep.engines import EngineHost
+    from handoff.sweep.worker import EpisodeWorker
+
+    run, load, build, generate = EpisodeWorker.run, EngineHost.load, EngineHost._build, EngineHost.generate
+
+    def poisoned_run(self, episode: dict, *args, **kwargs):
+        p = plan()
+        key = "/".join(str(episode[k]) for k in ("model", "domain", "task_id", "trial"))
+        if p.get("poison") and re.search(p["poison"], key):
+            _die(p, "poison", key)
+        if not p.get("traced"):
+            return run(self, episode, *args, **kwargs)
+        _log(p, "run", key)
+        try:
+            result = run(self, episode, *args, **kwargs)
+        except BaseException as exc:
+            _log(p, "ran", f"{key} {type(exc).__name__}")
+            raise
+        _log(p, "ran", f"{key} ok")
+        return result
+
+    async def killed_load(self, checkpoint: dict):
+        p = plan()
+        if p.get("kill_on_load") and _first(p["kill_on_load"]):
+            _die(p, "kill_on_load", checkpoint["name"])
+        return await load(self, checkpoint)
+
+    async def failing_build(self):
+        p = plan()
+        name = self.checkpoint.name
+        if p.get("fail_loads") and re.search(p["fail_loads"], name) and (not p.get("fail_once") or _first(p["fail_once"])):
+            _log(p, "fail_load", name)
+            raise RuntimeError(f"injected load failure of {name}")
+        return await build(self)
+
+    async def slow_generate(self, prompt_ids, sampling, request_id, *args, **kwargs):
+        p = plan()
+        if p.get("slow") and re.search(p["slow"], request_id) and (not p.get("slow_once") or _first(p["slow_once"])):
+            _log(p, "slow", request_id)
+            try:
+                await asyncio.sleep(p["slow_s"])
+            except asyncio.CancelledError:
+                _log(p, "cancelled", request_id)
+                raise
+            _log(p, "slow_done", request_id)
+        return await generate(self, prompt_ids, sampling, request_id, *args, **kwargs)
+
+    EpisodeWorker.run, EngineHost.load, EngineHost._build = poisoned_run, killed_load, failing_build
+    EngineHost.generate = slow_generate
+
+
+def inject_with_audit() -> None:
+    """Both setup hooks (Ray runs one): tests/support/cluster.py's audit_writes, and `inject`."""
+    from tests.support.cluster import audit_writes
+
+    audit_writes()
+    inject()

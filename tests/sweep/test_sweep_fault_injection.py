@@ -1,0 +1,178 @@
+"""Faults injected into a real local Ray cluster (2 CPUs, the scripted engine) whose GCS registers
+every actor 1 s late, as a busy machine does: Ray's own `testing_asio_delay_us` holds each
+RegisterActor call, so an actor just created is not in the GCS actor table yet. The processes run
+tests/support/faults.py's hook: an episode that kills its worker every time, an engine killed in the
+middle of an in-place reload, loads that fail on one replica or on all.
+
+The delay reproduces the fresh-clone failure of issue 21 deterministically: the driver read an actor
+that the GCS did not list yet as DEAD, "dead for good", and failed its checkpoint's shards with
+"every replica is dead (engine.max_restarts=3 restarts spent)" after one attempt."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import handoff  # noqa: F401
+from bench.scripted import model_path
+from handoff.records import read_shard
+from handoff.rundir import RunPaths
+from handoff.sweep.engines import actor_state
+from handoff.sweep.run import compose, run_sweep
+from tests.support.faults import FAULTS_ENV, write_plan
+
+pytestmark = pytest.mark.ray
+
+REGISTRATION_DELAY_US = 1_000_000
+BASE = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=2", "shard_size=2",
+        "workers.processes=2", "workers.threads=1", "max_attempts=2", "logger.mode=disabled"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A local Ray whose GCS delays each actor's registration and whose workers run the fault hook;
+    yields the plan file (empty: no fault)."""
+    import ray
+
+    faults = tmp_path_factory.mktemp("faults") / "plan.json"
+    write_plan(faults)
+    tmp = tempfile.mkdtemp(prefix="rf-", dir="/tmp")  # AF_UNIX paths must stay short
+    delay = f"ActorInfoGcsService.grpc_server.RegisterActor={REGISTRATION_DELAY_US}:{REGISTRATION_DELAY_US}"
+    saved = os.environ.get("RAY_testing_asio_delay_us")
+    os.environ["RAY_testing_asio_delay_us"] = delay  # read by the GCS that ray.init starts
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
+                 log_to_driver=False, namespace="handoff",
+                 runtime_env={"worker_process_setup_hook": "tests.support.faults.inject",
+                              "env_vars": {FAULTS_ENV: str(faults)}})
+    finally:
+        if saved is None:
+            del os.environ["RAY_testing_asio_delay_us"]
+        else:
+            os.environ["RAY_testing_asio_delay_us"] = saved
+    yield faults
+    ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def faults(cluster):
+    """The plan file, reset to no fault after the test."""
+    yield cluster
+    write_plan(cluster)
+
+
+def sweep(run_dir: Path, *extra: str):
+    overrides = [*BASE, f"run_dir={run_dir}", *extra]
+    return run_sweep(compose(overrides), overrides, progress=False)
+
+
+def checkpoints(root: Path, n: int) -> list[str]:
+    """`n` scripted checkpoints policy-step1..n (the SmolLM2 tokenizer, the Hermes template)."""
+    for step in range(1, n + 1):
+        (root / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+    return ["model=[checkpoints]", f"model.checkpoints.glob={root}/global_step_*",
+            f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes"]
+
+
+def episodes(run_dir: Path) -> list[tuple]:
+    return [r.key for p in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")) for r in read_shard(p)]
+
+
+def failures(run_dir: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in RunPaths(run_dir).failed_dir.glob("*.json")}
+
+
+def test_an_actor_not_registered_yet_is_not_dead(cluster):
+    """Right after `.remote()` the GCS does not list the actor (registration is held 1 s): it reads
+    as not alive and not DEAD, then ALIVE."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def ping(self) -> int:
+            return os.getpid()
+
+    probe = Probe.remote()
+    first = actor_state(probe)
+    ray.get(probe.ping.remote(), timeout=300)
+    assert first not in ("ALIVE", "DEAD") and actor_state(probe) == "ALIVE"
+    ray.kill(probe)
+
+
+def test_late_actor_registration_fails_nothing(cluster, tmp_path):
+    """The fresh-clone failure: every actor registers 1 s late, and the rolling schedule's first
+    look at its new slot's actor found it missing from the GCS table: "every replica is dead"."""
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "schedule=rolling")
+    assert failures(run_dir) == {} and summary.shards_failed == []
+    assert sorted(episodes(run_dir)) == sorted(set(episodes(run_dir))) and summary.episodes_done == 2
+
+
+def test_one_slots_failed_load_leaves_the_checkpoint_to_the_others(faults, tmp_path):
+    """Rolling, 2 slots both loading the checkpoint: the first load fails on one of them only. The
+    other slot serves every episode; nothing fails (the failed slot's checkpoint is not reloaded on a
+    fresh slot)."""
+    log = tmp_path / "faults.log"
+    write_plan(faults, fail_loads="^policy-step1$", fail_once=str(tmp_path / "failed-once"), log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, *checkpoints(tmp_path / "ckpts", 1), "schedule=rolling", "engine.replicas=2")
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["fail_load"]
+    assert failures(run_dir) == {} and summary.shards_failed == []
+    assert len(set(episodes(run_dir))) == len(episodes(run_dir)) == summary.episodes_done == 2
+
+
+@pytest.mark.timeout(600)  # before the fix the sweep never ended: each death requeued the episode for free
+def test_an_episode_that_kills_its_worker_every_time_spends_attempts(faults, tmp_path):
+    """kill -9 of the worker process each time it starts the trial-0 episode: its first death is
+    free (a node's loss would look the same), each further one costs an attempt; after
+    max_attempts=2 its shard fails saying why, and the trial-1 shard is done."""
+    log = tmp_path / "faults.log"
+    write_plan(faults, poison="/0$", log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "trials=2", "tasks.limit=1", "shard_size=1")
+    poisoned = "smollm2-135m-instruct__retail__t0__0000"
+    assert summary.shards_failed == [poisoned] and summary.episode_failures == 2
+    failed = failures(run_dir)[poisoned]
+    assert failed["attempts"] == 2 and "the worker process died 3 times while running episode" in failed["error"]
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["poison"] * 3
+    assert [k[3] for k in episodes(run_dir)] == [1]
+
+
+def test_a_timed_out_episode_is_cancelled(faults, tmp_path):
+    """One worker thread in all. Trial 0 runs first (and warms the worker); trial 1's first user
+    request then hangs (120 s), once. At episode_timeout_s the driver cancels the episode: the
+    engine's request is cancelled, the worker's thread ends the episode at once, and the second
+    attempt completes. (Before: the thread waited for the hung request, the second attempt queued
+    behind it and timed out too: the shard failed.)"""
+    log = tmp_path / "faults.log"
+    write_plan(faults, slow="^user/[^/]+/retail/[^/]+/1/", slow_s=120, slow_once=str(tmp_path / "slow-once"),
+               log=str(log), traced=True)
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "workers.processes=1", "trials=2", "tasks.limit=1", "episode_timeout_s=45")
+    events = [line.split() for line in log.read_text().splitlines()]
+    assert [e[0] for e in events if e[0] in ("slow", "cancelled", "slow_done")] == ["slow", "cancelled"], events
+    trial1 = [e[0] if e[0] == "run" else e[3] for e in events if e[0] in ("run", "ran") and e[2].endswith("/1")]
+    assert trial1[0] == "run" and trial1[1] != "ok" and trial1[2:] == ["run", "ok"], events
+    assert summary.shards_failed == [] and summary.episode_failures == 1 and summary.episodes_done == 2
+
+
+def test_engine_killed_during_an_in_place_reload(faults, tmp_path):
+    """Rolling, one slot, two checkpoints: kill -9 of the engine replica as it begins to load the
+    second checkpoint in place. Ray restarts it and retries the load there: every episode of both
+    checkpoints once, none failed, each a complete scripted conversation."""
+    log = tmp_path / "faults.log"
+    write_plan(faults, kill_on_load=str(tmp_path / "killed-once"), log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, *checkpoints(tmp_path / "ckpts", 2), "schedule=rolling")
+    assert [line.split()[::2] for line in log.read_text().splitlines()] == [["kill_on_load", "policy-step2"]]
+    assert failures(run_dir) == {} and summary.episode_failures == 0
+    keys = episodes(run_dir)
+    assert len(keys) == len(set(keys)) == summary.episodes_done == 4
+    records = [r for p in RunPaths(run_dir).shards_dir.glob("*.jsonl") for r in read_shard(p)]
+    assert {r.simulation["termination_reason"] for r in records} == {"user_stop"}
