@@ -232,6 +232,10 @@ def reloadable(held: EngineSettings, new: EngineSettings) -> bool:
     return config(held) is not None and config(held) == config(new) and tokenizer(held) == tokenizer(new)
 
 
+class RequestAborted(RuntimeError):
+    """vLLM aborted the request before it finished (an in-place reload aborts what is in flight)."""
+
+
 class AsyncVLLMEngine:
     """vLLM's AsyncLLM behind `await generate(prompt_ids, sampling, request_id)`.
 
@@ -280,6 +284,8 @@ class AsyncVLLMEngine:
             final = out
         if final is None:  # pragma: no cover - vLLM always yields a final output
             raise RuntimeError(f"vLLM returned nothing for request {request_id}")
+        if final.outputs[0].finish_reason == "abort":  # by a reload (or vLLM): not the model's answer
+            raise RequestAborted(f"vLLM aborted request {request_id} (the engine reloaded its weights)")
         generation = to_generation(final.outputs[0], sampling.logprobs)
         cached = final.num_cached_tokens or 0
         self._count(len(prompt_ids), cached, len(generation.token_ids))
@@ -302,17 +308,25 @@ class AsyncVLLMEngine:
 
     async def reload(self, settings: EngineSettings) -> None:
         """Serve `settings`' checkpoint from now on with this engine (vLLM's reload_weights, no new
-        engine; only when `reloadable(self.settings, settings)`), then drop the prefix cache: its
-        blocks hold keys and values of the old weights."""
+        engine; only when `reloadable(self.settings, settings)`).
+
+        vLLM's scheduler is paused first, aborting the requests in flight (their generate raises
+        RequestAborted: they were for the old weights) and holding new ones until the prefix cache,
+        whose blocks hold keys and values of the old weights, is reset. vLLM refuses that reset
+        while a request holds blocks: a reset it refuses raises, and the engine stays paused (shut it
+        down)."""
         if not reloadable(self.settings, settings):
             raise ValueError(f"{settings.model} cannot be reloaded in place into an engine of {self.settings.model}")
+        await self._llm.pause_generation(mode="abort", clear_cache=True)
         await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": settings.model})
         if settings.on_cpu():
             import cloudpickle  # the engine core is another process: a function goes there pickled
 
             await self._llm.collective_rpc(cloudpickle.dumps(repack_cpu_weights))
-        await self._llm.reset_prefix_cache()
+        if not await self._llm.reset_prefix_cache():
+            raise RuntimeError(f"vLLM refused to reset the prefix cache after reloading {settings.model}")
         self.settings = settings
+        await self._llm.resume_generation()
 
     def shutdown(self) -> None:
         if self._llm is not None:

