@@ -44,6 +44,10 @@ def test_real_episodes_reduce_log_report_and_export(run_dir, monkeypatch):
     assert group["metrics"]["format_errors_per_100_turns"]["any"]["k"] >= 1
     assert "wandb_errors" not in paths and list(paths["wandb"].glob("offline-run-*"))
     assert "| scripted | 5 | airline | [3](episodes/index.html#checkpoint=scripted&domain=airline) |" in paths["report_md"].read_text()
+    pages = {p.stem.split("__")[2]: p.read_text() for p in paths["transcripts"].rglob("*.html")}
+    assert sorted(pages) == ["0", "1", "2"]  # a transcript page per episode, with the rules' findings
+    assert "data-kind='transfer'" in pages["0"] and "unneeded handoff" in pages["0"]
+    assert "data-rule='unparsed_tool_call'" in pages["2"] and "data-kind" not in pages["1"]
     (exported,) = export_results(run_dir)
     results = Results.load(exported)
     assert len(results.simulations) == 3
