@@ -10,6 +10,10 @@ Plan keys (all optional):
 - "fail_loads": a regex over checkpoint names: building an engine for a matching checkpoint raises
   (a checkpoint that cannot load); with "fail_once" (a file path) only the first such build, the one
   that creates the file, raises (one replica's failed load).
+- "kill_serving": a regex over checkpoint names, with "kill_serving_once" (a file path): the replica
+  that gets the first request for a matching checkpoint creates the file and SIGKILLs its own process.
+- "hang_restarts": seconds: an engine replica that Ray restarts hangs that long in its constructor
+  before it is alive again (as one whose node is gone and never comes back).
 - "slow": a regex over request ids: an engine replica holds a matching request "slow_s" seconds
   before serving it; with "slow_once" (a file path) only the first one. Logged as "slow <id>", then
   "cancelled <id>" if its asyncio task is cancelled meanwhile, else "slow_done <id>".
@@ -67,6 +71,16 @@ def inject() -> None:
     from handoff.sweep.worker import EpisodeWorker
 
     run, load, build, generate = EpisodeWorker.run, EngineHost.load, EngineHost._build, EngineHost.generate
+    init = EngineHost.__init__
+
+    def hanging_init(self, checkpoint: dict, *args, **kwargs):
+        import ray
+
+        p = plan()
+        if p.get("hang_restarts") and ray.get_runtime_context().was_current_actor_reconstructed:
+            _log(p, "hang_restart", checkpoint["name"])
+            time.sleep(p["hang_restarts"])
+        init(self, checkpoint, *args, **kwargs)
 
     def poisoned_run(self, episode: dict, *args, **kwargs):
         p = plan()
@@ -100,6 +114,10 @@ def inject() -> None:
 
     async def slow_generate(self, prompt_ids, sampling, request_id, *args, **kwargs):
         p = plan()
+        expected = (args[0] if args else kwargs.get("checkpoint")) or {}
+        if p.get("kill_serving") and re.search(p["kill_serving"], expected.get("name", "")) \
+                and _first(p["kill_serving_once"]):
+            _die(p, "kill_serving", expected["name"])
         if p.get("slow") and re.search(p["slow"], request_id) and (not p.get("slow_once") or _first(p["slow_once"])):
             _log(p, "slow", request_id)
             try:
@@ -111,7 +129,7 @@ def inject() -> None:
         return await generate(self, prompt_ids, sampling, request_id, *args, **kwargs)
 
     EpisodeWorker.run, EngineHost.load, EngineHost._build = poisoned_run, killed_load, failing_build
-    EngineHost.generate = slow_generate
+    EngineHost.generate, EngineHost.__init__ = slow_generate, hanging_init
 
 
 def inject_with_audit() -> None:

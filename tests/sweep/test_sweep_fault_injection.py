@@ -35,8 +35,8 @@ BASE = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limi
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A local Ray whose GCS delays each actor's registration and whose workers run the fault hook;
-    yields the plan file (empty: no fault)."""
+    """A local Ray (4 declared GPUs) whose GCS delays each actor's registration and whose workers run
+    the fault hook; yields the plan file (empty: no fault)."""
     import ray
 
     faults = tmp_path_factory.mktemp("faults") / "plan.json"
@@ -46,7 +46,7 @@ def cluster(tmp_path_factory):
     saved = os.environ.get("RAY_testing_asio_delay_us")
     os.environ["RAY_testing_asio_delay_us"] = delay  # read by the GCS that ray.init starts
     try:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
+        ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
                  log_to_driver=False, namespace="handoff",
                  runtime_env={"worker_process_setup_hook": "tests.support.faults.inject",
                               "env_vars": {FAULTS_ENV: str(faults)}})
@@ -176,3 +176,46 @@ def test_engine_killed_during_an_in_place_reload(faults, tmp_path):
     assert len(keys) == len(set(keys)) == summary.episodes_done == 4
     records = [r for p in RunPaths(run_dir).shards_dir.glob("*.jsonl") for r in read_shard(p)]
     assert {r.simulation["termination_reason"] for r in records} == {"user_stop"}
+
+
+def test_failed_engine_start_frees_its_placement_group(faults, tmp_path):
+    """Sequential, TP=2 on 4 (declared) GPUs: the first checkpoint's engine fails to load; its replica
+    is stopped and its placement group removed, so the next checkpoint's engine fits beside the user
+    simulator's and runs in full. (Before: the group stayed reserved, and the next checkpoint's
+    engine waited for GPUs until engine.load_timeout_s, then failed too.)"""
+    from ray.util import placement_group_table
+
+    write_plan(faults, fail_loads="^policy-step1$")
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, *checkpoints(tmp_path / "ckpts", 2), "schedule=sequential", "engine.device=gpu",
+                       "cluster.num_gpus=4", "engine.tensor_parallel_size=2", "engine.load_timeout_s=60")
+    assert summary.shards_failed == ["policy-step1__retail__t0__0000"]
+    assert "injected load failure of policy-step1" in failures(run_dir)["policy-step1__retail__t0__0000"]["error"]
+    assert len(episodes(run_dir)) == 2 == len(set(episodes(run_dir)))
+    assert [g for g in placement_group_table().values() if g["state"] != "REMOVED"] == []
+
+
+@pytest.mark.timeout(600)  # before the fix the sweep waited forever
+def test_a_slot_lost_for_good_while_another_is_pinned(faults, tmp_path):
+    """Rolling: policy-step1 is the user simulator's checkpoint, served by its engine (a pinned
+    slot); policy-step2 gets the slot of its own. kill -9 of that replica at its first step2
+    request, and its restart never completes (as when its node is gone for good): step2's queued
+    episodes can go nowhere (the pinned slot serves step1 only), so the outage is timed and step2's
+    shards fail after engine.load_timeout_s saying so, without spending attempts, while step1's all
+    finish. (Before: the pinned slot, alive, kept the outage from being timed: the sweep waited
+    forever.)"""
+    log, root = tmp_path / "faults.log", tmp_path / "ckpts"
+    write_plan(faults, kill_serving="^policy-step2$", kill_serving_once=str(tmp_path / "killed-once"),
+               hang_restarts=600, log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, *checkpoints(root, 2), "user=hosted", f"user.model.path={root}/global_step_1",
+                       f"user.model.tokenizer={model_path()}", "+engine.script.share_user_engine=true",
+                       "tasks.limit=4", "engine.script.delay_s=0.5", "engine.load_timeout_s=30")
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["kill_serving", "hang_restart"]
+    assert summary.episode_failures == 0
+    assert summary.shards_failed and all(sid.startswith("policy-step2__") for sid in summary.shards_failed)
+    for sid in summary.shards_failed:
+        error = failures(run_dir)[sid]["error"]
+        assert "unavailable for more than engine.load_timeout_s=30s: agent engine policy-step2" in error, error
+    step1 = [k for k in episodes(run_dir) if k[0] == "policy-step1"]
+    assert len(step1) == len(set(step1)) == 4
