@@ -15,6 +15,9 @@ Each run is `python -m handoff.sweep <overrides> run_dir=<tmp>` in a fresh proce
   every wall-clock figure: they are upper bounds under load).
 
 `--emulate avx2` runs under bench/emulate/avx2 (an AVX2-only CPU approximated on an AVX-512 one).
+`--profile SECONDS` records vLLM's engine-core process with py-spy (`--native`, collapsed stacks in
+the work directory) for that long once it has started, and reports the functions with the most samples
+(own and in their callees).
 
     python -m bench.bench_sweep [--runs 3] [--emulate avx2] [--no-tty] [-- OVERRIDES...]
 """
@@ -46,12 +49,21 @@ def kind_of(cmdline: str) -> str:
 
 
 class TreeSampler(threading.Thread):
-    """CPU seconds of every process under `pid`, by kind, sampled every second."""
+    """CPU seconds of every process under `pid`, by kind, sampled every second; with `profile`
+    (seconds, output path), py-spy records the engine core once it appears."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, profile: tuple[float, Path] | None = None):
         super().__init__(daemon=True)
-        self.pid, self.last, self.loads = pid, {}, []
+        self.pid, self.last, self.loads, self.profile = pid, {}, [], profile
+        self.spy: subprocess.Popen | None = None
         self.done = threading.Event()
+
+    def _maybe_profile(self, pid: int, kind: str) -> None:
+        if self.profile and self.spy is None and kind == "engine core":
+            seconds, out = self.profile
+            self.spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                                         "--native", "--rate", "20", "--duration", str(int(seconds)), "--format", "raw",
+                                         "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def run(self) -> None:
         import psutil
@@ -66,6 +78,7 @@ class TreeSampler(threading.Thread):
                 try:
                     t = p.cpu_times()
                     self.last[p.pid] = (kind_of(" ".join(p.cmdline()) or p.name()), t.user + t.system)
+                    self._maybe_profile(p.pid, self.last[p.pid][0])
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
             self.loads.append(os.getloadavg()[0])
@@ -78,7 +91,21 @@ class TreeSampler(threading.Thread):
         return out
 
 
-def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int) -> dict:
+def top_frames(collapsed: Path, n: int = 15) -> list[tuple[str, float]]:
+    """The frames in the most samples of py-spy's collapsed stacks (a frame counts once per sample)."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        total += int(samples)
+        for frame in set(stack.split(";")):
+            counts[frame] = counts.get(frame, 0) + int(samples)
+    best = sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+    return [(frame, round(c / max(1, total), 3)) for frame, c in best]
+
+
+def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
+            profile_s: float | None = None) -> dict:
     run_dir = work / f"run{index}"
     cmd = [sys.executable, "-m", "handoff.sweep", *overrides, f"run_dir={run_dir}"]
     out_path = work / f"terminal{index}.txt"
@@ -91,12 +118,15 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int) 
     with open(os.devnull if tty else out_path, "w") as sink:
         proc = subprocess.Popen(argv, cwd=HERE.parent, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
-        sampler = TreeSampler(proc.pid)
+        collapsed = work / f"engine-core{index}.txt"
+        sampler = TreeSampler(proc.pid, (profile_s, collapsed) if profile_s else None)
         sampler.start()
         code = proc.wait()
     wall = time.monotonic() - started
     sampler.done.set()
     sampler.join()
+    if sampler.spy is not None:
+        sampler.spy.wait(timeout=60)
     text = out_path.read_text(errors="replace", newline="").replace("\r\n", "\n")  # a pty ends lines with \r\n
     if tty and text.startswith("Script started"):
         text = text.split("\n", 1)[1].rsplit("\nScript done", 1)[0] + "\n"
@@ -110,6 +140,7 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int) 
                          "mean": round(sum(sampler.loads) / max(1, len(sampler.loads)), 2)},
         "engines": json.loads(engines.read_text()) if engines.is_file() else None,
         "terminal": str(out_path), "run_dir": str(run_dir),
+        "engine_core_profile": top_frames(collapsed) if profile_s and collapsed.is_file() else None,
     }
 
 
@@ -121,6 +152,7 @@ def main() -> None:
     ap.add_argument("--worker-nice", type=int, help="Ray's worker niceness (RAY_worker_niceness; Ray's default 15 "
                     "lets any other work on the machine take the engine's CPU)")
     ap.add_argument("--work", help="where the runs and terminal captures go (default: a temporary directory)")
+    ap.add_argument("--profile", type=float, metavar="SECONDS")
     ap.add_argument("--out")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
@@ -135,7 +167,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     runs = []
     for i in range(args.runs):
-        runs.append(one_run(args.overrides, not args.no_tty, env, work, i))
+        runs.append(one_run(args.overrides, not args.no_tty, env, work, i, args.profile))
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     from bench.common import report
 

@@ -201,7 +201,7 @@ class Progress:
             if bar is None:
                 bar = self.bars[name] = tqdm(total=c.episodes_total, initial=c.episodes_done, position=i,
                                              file=self.stream, dynamic_ncols=True, leave=True,
-                                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} episodes {postfix}")
+                                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} episodes{postfix}")
             bar.set_description_str(name, refresh=False)
             bar.n = c.episodes_done
             text = describe(name, c, self.max_steps, now) + self._failures()
