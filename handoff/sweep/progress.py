@@ -3,7 +3,8 @@ turns) per checkpoint, with a rate and an estimate of the time left.
 
 Engine replicas count the requests they serve per checkpoint and role (EngineHost.served); the
 driver polls them every few seconds without waiting (`poll`) and reports each finished episode
-(`episode_done`). In a terminal, one bar per checkpoint redrawn in place (tqdm); anywhere else (a
+(`episode_done`). In a terminal, one bar per checkpoint redrawn in place (tqdm; one for all of them
+beyond MAX_BARS checkpoints); anywhere else (a
 Ray Job's log, a SLURM log, a pipe) a plain line per checkpoint every `every_s` seconds while it
 moves, so a log file holds no screen of carriage returns.
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 POLL_EVERY_S = 2.0
+MAX_BARS = 8  # in a terminal; more checkpoints share one bar
 
 
 @dataclass
@@ -158,7 +160,7 @@ class Progress:
             self._pending = {r.served.remote(): r._actor_id for r in replicas}
         if not self._pending:
             return
-        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=30 if wait else 0)
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=10 if wait else 0)
         for ref in ready:
             replica = self._pending.pop(ref)
             try:
@@ -193,10 +195,23 @@ class Progress:
                 print(f"[progress] {text}", file=self.stream, flush=True)
                 self.printed[name] = text
 
+    def _shown(self) -> dict[str, Counts]:
+        """A bar per checkpoint, or one for them all when there are more than MAX_BARS."""
+        if len(self.counts) <= MAX_BARS:
+            return self.counts
+        starts = [c.first_request for c in self.counts.values() if c.first_request is not None]
+        total = Counts(sum(c.episodes_total for c in self.counts.values()),
+                       sum(c.episodes_done for c in self.counts.values()),
+                       sum(c.requests_done_episodes for c in self.counts.values()),
+                       {}, min(starts) if starts else None)
+        for c in self.counts.values():
+            add(total.requests, c.requests)
+        return {f"{len(self.counts)} checkpoints": total}
+
     def _bars(self, now: float) -> None:
         from tqdm import tqdm
 
-        for i, (name, c) in enumerate(self.counts.items()):
+        for i, (name, c) in enumerate(self._shown().items()):
             bar = self.bars.get(name)
             if bar is None:
                 bar = self.bars[name] = tqdm(total=c.episodes_total, initial=c.episodes_done, position=i,

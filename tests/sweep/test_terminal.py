@@ -66,6 +66,25 @@ def test_progress_sums_replicas_and_counts_only_what_moves():
                                            "<=23 s left"]  # `other` has no requests yet: no line
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_bar_per_checkpoint_or_one_for_many():
+    out = Terminal()
+    progress = Progress({"ck": (0, 8)}, max_steps=12, stream=out)
+    progress.served("replica-1", served(3, 2))
+    progress.episode_done("ck", requests=5)
+    progress.close()
+    assert "\r" in out.getvalue() and "ck: " in out.getvalue() and "1/8 episodes, requests 5 (agent 3, user 2)" in out.getvalue()
+    many = Terminal()
+    progress = Progress({f"ck{i}": (0, 2) for i in range(9)}, max_steps=12, stream=many)
+    progress.episode_done("ck3")
+    progress.close()
+    assert "9 checkpoints: " in many.getvalue() and "1/18 episodes" in many.getvalue() and "ck3" not in many.getvalue()
+
+
 def test_estimate_is_a_bound_until_an_episode_finishes_then_the_mean():
     c = Counts(episodes_total=4, requests={"agent": 6, "user": 4}, first_request=0.0)
     per_min, left, bound = estimate(c, max_steps=12, now=60.0)
