@@ -70,7 +70,7 @@ class RecordingDriver(Driver):
     profile_dir: Path | None = None
 
     def new_engine(self, ck, role: str):
-        return recording_engine(ck, self.engine_config(), role)
+        return recording_engine(ck, self.cfg.engine, role)
 
     def launch_engines(self, ck, role: str):
         ref = super().launch_engines(ck, role)
@@ -146,7 +146,7 @@ def standalone_phase(driver: RecordingDriver) -> dict:
     import ray
 
     ck, records = driver.ckpts[0], driver.records
-    host = recording_engine(ck, driver.engine_config(), "agent")
+    host = recording_engine(ck, driver.cfg.engine, "agent")
     ray.get(host.ready.remote(), timeout=900)
     checkpoint = ck.model_dump(mode="json")
     ray.get(host.generate.remote(records[0][0], records[0][1], "warm-up", checkpoint), timeout=600)

@@ -16,7 +16,7 @@ Each run is `python -m handoff.sweep <overrides> run_dir=<tmp>` in a fresh proce
 
 `--emulate avx2` runs under bench/emulate/avx2 (an AVX2-only CPU approximated on an AVX-512 one).
 `--profile SECONDS` records vLLM's engine-core process with py-spy (`--native`, collapsed stacks in
-the work directory) for that long once it has started, and reports the functions with the most samples
+the work directory) for that long once it is serving (past PROFILE_AFTER_CPU_S of CPU), and reports the functions with the most samples
 (own and in their callees).
 
     python -m bench.bench_sweep [--runs 3] [--emulate avx2] [--no-tty] [-- OVERRIDES...]
@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PROFILE_AFTER_CPU_S = 45.0  # an engine core that has used this much CPU is past loading the model
 KINDS = (("engine core", "VLLM::Engine"), ("engine actor", "EngineHost"), ("episode workers", "EpisodeWorker"),
          ("driver", "handoff.sweep"), ("ray daemons", ""))
 
@@ -58,8 +59,9 @@ class TreeSampler(threading.Thread):
         self.spy: subprocess.Popen | None = None
         self.done = threading.Event()
 
-    def _maybe_profile(self, pid: int, kind: str) -> None:
-        if self.profile and self.spy is None and kind == "engine core":
+    def _maybe_profile(self, pid: int, kind: str, cpu: float) -> None:
+        """py-spy on the engine core once it has loaded (PROFILE_AFTER_CPU_S of CPU: serving, not loading)."""
+        if self.profile and self.spy is None and kind == "engine core" and cpu > PROFILE_AFTER_CPU_S:
             seconds, out = self.profile
             self.spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
                                          "--native", "--rate", "20", "--duration", str(int(seconds)), "--format", "raw",
@@ -78,7 +80,7 @@ class TreeSampler(threading.Thread):
                 try:
                     t = p.cpu_times()
                     self.last[p.pid] = (kind_of(" ".join(p.cmdline()) or p.name()), t.user + t.system)
-                    self._maybe_profile(p.pid, self.last[p.pid][0])
+                    self._maybe_profile(p.pid, *self.last[p.pid])
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
             self.loads.append(os.getloadavg()[0])
@@ -127,7 +129,8 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
     sampler.join()
     if sampler.spy is not None:
         sampler.spy.wait(timeout=60)
-    text = out_path.read_text(errors="replace", newline="").replace("\r\n", "\n")  # a pty ends lines with \r\n
+    with open(out_path, errors="replace", newline="") as f:  # a pty ends lines with \r\n; keep lone \r
+        text = f.read().replace("\r\n", "\n")
     if tty and text.startswith("Script started"):
         text = text.split("\n", 1)[1].rsplit("\nScript done", 1)[0] + "\n"
     summary = re.search(r"(\d+)/(\d+) episodes in (\d+)s", text)

@@ -24,14 +24,13 @@ partial/<id>.jsonl for the next resume.
 from __future__ import annotations
 
 import math
-import os
 import time
 import traceback
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
-from handoff.sweep.config import Checkpoint, ConfigError, EngineConfig, SweepConfig, user_checkpoint
+from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import (
     EngineHost,
     EngineUnavailableError,
@@ -202,7 +201,7 @@ class Driver:
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
         GPU node, or in a placement group of its own (TP>1)."""
-        e = self.engine_config()
+        e = self.cfg.engine
         options = replica_options(e)
         actor = self.ray.remote(EngineHost).options(
             **options, max_restarts=e.max_restarts, max_task_retries=-1, max_concurrency=1000,
@@ -211,18 +210,6 @@ class Driver:
         if "scheduling_strategy" in options:
             self.groups[handle._actor_id] = options["scheduling_strategy"].placement_group
         return handle
-
-    def engine_config(self) -> EngineConfig:
-        """The engine group as replicas get it. A vLLM-CPU engine on the cluster the sweep started on
-        this machine without `engine.threads` computes on this machine's cores, shared among the
-        replicas' (tensor-parallel) workers alive at once (vLLM's own binding would leave one core out:
-        on 2 cores, 1 thread)."""
-        e = self.cfg.engine
-        if e.threads is not None or e.kind != "vllm" or e.device != "cpu" or self.cfg.cluster.address is not None:
-            return e
-        cores = self.cfg.cluster.num_cpus or os.cpu_count() or 1
-        workers = self.engine_sets() * e.replicas * e.tensor_parallel_size  # processes computing at once
-        return e.model_copy(update={"threads": max(1, cores // workers)})
 
     def launch_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
