@@ -83,7 +83,7 @@ def test_shell_completion_through_handoff():
     ("handoff sweep", "engine.gpu_memory_utilization=1.5", "engine.gpu_memory_utilization: Input should be less"),
     ("handoff sweep", "model.smollm2.path=/nonexistent/ckpt",
      "model.smollm2.path: checkpoint directory /nonexistent/ckpt does not exist"),
-    ("handoff sweep", "cluster.num_cpus=1", "engine.cpus: 1 engine set(s) x 1 replicas x 1.0 CPUs"),
+    ("handoff sweep", "cluster.num_cpus=1", "engine.cpus: 1 engine set(s) x 1 replicas x 1 CPUs"),
     ("handoff sweep", "engine=gpu cluster.num_gpus=0", "engine.replicas: 1 engine set(s) x 1 replicas x 1 GPUs"),
 ])
 def test_bad_value_exits_2_naming_the_key_before_ray(tmp_path, capsys, entry, override, message):
