@@ -33,6 +33,7 @@ import pytest
 import handoff  # noqa: F401
 from handoff.rundir import RunPaths
 from handoff.sweep.config import ConfigError
+from handoff.sweep.logs import LOGS
 from handoff.sweep.run import compose, run_sweep
 from tests.support.cluster import AUDIT_ENV, LocalCluster, audited_writes
 from tests.support.ray import recorded
@@ -166,7 +167,9 @@ def test_node_lost_and_replaced_fails_nothing(gpu, schedule):
     assert len(engines) == 2 and all(a.num_restarts >= 1 and a.placement_group_id for a in engines)
     assert {node(a) for a in engines} == {events[1][2]} != {before}  # restarted on the new node
     assert all(not a.required_resources.get("GPU") for a in actors("EpisodeWorker"))
-    assert [w for w in audited_writes(gpu.audit) if str(run_dir) in w] == []  # only the driver wrote run_dir
+    # Only the driver wrote run_dir's results; actors write their own logs (handoff.sweep.logs), on their node.
+    logs = str(run_dir / LOGS)
+    assert [w for w in audited_writes(gpu.audit) if str(run_dir) in w and logs not in w] == []
 
 
 def test_the_audit_sees_a_workers_write(cluster):
