@@ -10,22 +10,17 @@ again with nothing new (warm), and after one new shard (resume); and counts the 
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import shutil
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from bench.bench_reducer import SHARD_SIZE, TRIALS, build, timed  # noqa: E402
-from handoff.records import write_shard  # noqa: E402
+from bench.bench_reducer import add_resumed_shard, synthetic_run, timed  # noqa: E402
 from handoff.report.episodes import write_index, write_transcripts  # noqa: E402
 from handoff.report.reducer import reduce_run  # noqa: E402
 from handoff.rundir import RunDir, RunPaths  # noqa: E402
-from handoff.testing.synthetic import Behavior, episode, sample_tasks  # noqa: E402
 
 
 def pages(run_dir: Path, label: str) -> int:
@@ -46,25 +41,11 @@ def sizes(folder: Path) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=100_000)
-    parser.add_argument("--keep", help="build the run here and keep it (default: a temporary directory)")
-    args = parser.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    run_dir = Path(args.keep or tempfile.mkdtemp(prefix="bench-pages-")) / "run"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, pinned to 1; "
-          f"python {platform.python_version()}")
-    timed("import tau2's registry (once per process, not counted)", lambda: __import__("tau2.registry"))
-    timed(f"build {args.episodes} episodes (not counted)", lambda: build(run_dir, args.episodes))
+    args, run_dir, _ = synthetic_run(__doc__, "bench-pages-")
     timed("cold reduce (not counted: bench_reducer)", lambda: reduce_run(run_dir))
     pages(run_dir, "cold")
     pages(run_dir, "warm (nothing new)")
-    tasks = sample_tasks(per_rule=10_000)["retail"][: SHARD_SIZE // TRIALS]
-    extra = [episode("ckpt-new", 10**6, "retail", t, k, Behavior()) for t in tasks for k in range(TRIALS)]
-    write_shard(RunPaths(run_dir).shard_path("resumed"), "resumed", extra)
-    pages(run_dir, f"resume (one new shard of {len(extra)})")
+    pages(run_dir, f"resume (one new shard of {add_resumed_shard(run_dir)})")
     episodes = RunPaths(run_dir).report / "episodes"
     for name, folder in (("transcripts", episodes / "transcripts"), ("index data", episodes / "data")):
         n, total, largest = sizes(folder)

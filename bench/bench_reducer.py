@@ -22,6 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import handoff  # noqa: E402,F401 - prepares tau2's import
+from handoff.engine.cpu import cpu_model, proc_flags  # noqa: E402
 from handoff.records import write_shard  # noqa: E402
 from handoff.report.reducer import reduce_run  # noqa: E402
 from handoff.rundir import Manifest, RunPaths  # noqa: E402
@@ -65,27 +66,41 @@ def timed(label: str, fn):
     return result, cpu
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def synthetic_run(description: str, prefix: str) -> tuple[argparse.Namespace, Path, int]:
+    """What the benchmarks over a synthetic run share: their command line (--episodes, --keep), this
+    process pinned to one core, the machine, tau2 imported (not counted) and the run built (not counted);
+    the arguments, the run directory and its number of checkpoints."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--keep", help="build the run here and keep it (default: a temporary directory)")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    run_dir = Path(args.keep or tempfile.mkdtemp(prefix="bench-reducer-")) / "run"
+    run_dir = Path(args.keep or tempfile.mkdtemp(prefix=prefix)) / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, pinned to 1; "
-          f"python {platform.python_version()}")
+    flags = " ".join(flag for flag, present in proc_flags().items() if present)
+    print(f"machine: {cpu_model()} ({flags}), {os.cpu_count()} CPUs, pinned to 1; python {platform.python_version()}")
     timed("import tau2's registry (once per process, not counted)", lambda: __import__("tau2.registry"))
-    n_ckpt, _ = timed(f"build {args.episodes} episodes (not part of the reduction)", lambda: build(run_dir, args.episodes))
+    n_ckpt, _ = timed(f"build {args.episodes} episodes (not counted)", lambda: build(run_dir, args.episodes))
+    return args, run_dir, n_ckpt
+
+
+def add_resumed_shard(run_dir: Path) -> int:
+    """A resume's new shard: SHARD_SIZE episodes of a new checkpoint; its number of episodes."""
+    tasks = sample_tasks(per_rule=10_000)["retail"][: SHARD_SIZE // TRIALS]
+    extra = [episode("ckpt-new", 10**6, "retail", t, k, Behavior()) for t in tasks for k in range(TRIALS)]
+    write_shard(RunPaths(run_dir).shard_path("resumed"), "resumed", extra)
+    return len(extra)
+
+
+def main() -> None:
+    args, run_dir, n_ckpt = synthetic_run(__doc__, "bench-reducer-")
     reduction, cold = timed("cold reduce (read, score, metrics)", lambda: reduce_run(run_dir))
     print(f"  {reduction.n_episodes} episodes, {n_ckpt} checkpoints, {len(reduction.shards)} shards, "
           f"{len(reduction.groups)} metric groups; {reduction.n_episodes / cold:,.0f} episodes per CPU second")
     timed("warm reduce (nothing new: cached scores)", lambda: reduce_run(run_dir))
-    tasks = sample_tasks(per_rule=10_000)["retail"][: SHARD_SIZE // TRIALS]
-    extra = [episode("ckpt-new", 10**6, "retail", t, k, Behavior()) for t in tasks for k in range(TRIALS)]
-    write_shard(RunPaths(run_dir).shard_path("resumed"), "resumed", extra)
-    timed(f"resume reduce (one new shard of {SHARD_SIZE})", lambda: reduce_run(run_dir))
+    added = add_resumed_shard(run_dir)
+    timed(f"resume reduce (one new shard of {added})", lambda: reduce_run(run_dir))
     print(f"target: cold reduce under 60 s of one core -> {'met' if cold < 60 else 'NOT met'} ({cold:.1f} s CPU)")
     if not args.keep:
         shutil.rmtree(run_dir.parent)
