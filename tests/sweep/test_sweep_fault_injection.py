@@ -24,6 +24,7 @@ from handoff.records import read_shard
 from handoff.rundir import RunPaths
 from handoff.sweep.engines import actor_state
 from handoff.sweep.run import compose, run_sweep
+from tests.support.cluster import cluster_env
 from tests.support.faults import FAULTS_ENV, write_plan
 
 pytestmark = pytest.mark.ray
@@ -49,7 +50,8 @@ def cluster(tmp_path_factory):
         ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, object_store_memory=128 << 20, _temp_dir=tmp,
                  log_to_driver=False, namespace="handoff",
                  runtime_env={"worker_process_setup_hook": "tests.support.faults.inject",
-                              "env_vars": {FAULTS_ENV: str(faults)}})
+                              # the hook lives in tests/: this checkout on every worker's PYTHONPATH
+                              "env_vars": {FAULTS_ENV: str(faults), "PYTHONPATH": cluster_env()["PYTHONPATH"]}})
     finally:
         if saved is None:
             del os.environ["RAY_testing_asio_delay_us"]
