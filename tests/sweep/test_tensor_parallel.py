@@ -82,3 +82,26 @@ def test_tp2_equals_tp1_and_survives_a_killed_tensor_parallel_worker(model, tp1,
     tp2 = episodes(run_dir)
     assert tp2 == tp1, "TP=2 and TP=1 gave different episodes"
     assert all(any(role == "assistant" for role, _, _ in turns) for turns, _ in tp2.values())
+
+
+def test_tp2_replica_lands_on_the_only_node_it_fits(model, tp1, tmp_path):
+    from tests.support.cluster import LocalCluster
+
+    with LocalCluster() as cluster:
+        cluster.start_head(num_cpus=1)  # the episode worker (0.5 CPU) fits, the replica (2 x engine.cpus=1) does not
+        node = cluster.add_node(num_cpus=2)
+        summary = sweep(tmp_path / "run", model, 2, "cluster=existing", f"cluster.address={cluster.address}",
+                        "engine.cpus=1")
+        engine_nodes = {a.address.node_id.hex() for a in engine_actors()}
+    assert summary.shards_failed == [] and summary.episodes_done == EPISODES
+    assert engine_nodes == {node.node_id}
+    assert episodes(tmp_path / "run") == tp1
+
+
+def engine_actors() -> list:
+    """The EngineHost actors the GCS knows of (ActorTableData)."""
+    from ray._private.state import state
+    from ray.core.generated.gcs_pb2 import ActorTableData
+
+    table = [ActorTableData.FromString(a) for a in state._connect_and_get_accessor().get_actor_table(None, None)]
+    return [a for a in table if a.class_name.endswith("EngineHost")]
