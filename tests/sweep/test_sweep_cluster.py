@@ -12,7 +12,10 @@ before it starts, which LocalCluster refuses up front.
   shard, every episode once, the engine's placement group moved to the new node; only the driver
   wrote the run directory.
 - Node loss with no replacement (rolling, the default schedule): the shards fail after the deadline,
-  saying so.
+  saying so; also when the node held only one checkpoint's slot while another checkpoint's slot,
+  pinned to the user simulator's engine on another node, goes on.
+- A checkpoint whose engine fails to start (TP=2, sequential) frees its placement group: the next
+  checkpoint's engine fits on the node.
 - A driver process in token auth mode is refused before any cluster process starts.
 """
 
@@ -31,11 +34,13 @@ from pathlib import Path
 import pytest
 
 import handoff  # noqa: F401
+from bench.scripted import model_path
 from handoff.rundir import RunPaths
 from handoff.sweep.config import ConfigError
 from handoff.sweep.logs import LOGS
 from handoff.sweep.run import compose, run_sweep
 from tests.support.cluster import AUDIT_ENV, LocalCluster, audited_writes
+from tests.support.faults import FAULTS_ENV, write_plan
 from tests.support.ray import recorded
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -52,13 +57,16 @@ DELAY = "engine.script.delay_s=2.0"  # >= 4 requests per episode: the last episo
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Head (2 CPUs, dashboard for Ray Jobs) with this process as a driver of it, whose Ray workers
-    log their writes under the watched directory (audit_writes); the GPU node is added by `gpu`."""
+    log their writes under the watched directory (audit_writes) and run the faults of `c.faults`
+    (tests/support/faults.py; none unless a test writes some); the GPU node is added by `gpu`."""
     watched, audit = tmp_path_factory.mktemp("runs"), tmp_path_factory.mktemp("audit")
+    faults = tmp_path_factory.mktemp("faults") / "plan.json"
+    write_plan(faults)
     with LocalCluster() as c:
         c.start_head(num_cpus=2, dashboard=True, namespace="handoff", runtime_env={
-            "worker_process_setup_hook": "tests.support.cluster.audit_writes",
-            "env_vars": {AUDIT_ENV: f"{watched}:{audit}"}})
-        c.gpu, c.watched, c.audit = None, watched, audit
+            "worker_process_setup_hook": "tests.support.faults.inject_with_audit",
+            "env_vars": {AUDIT_ENV: f"{watched}:{audit}", FAULTS_ENV: str(faults)}})
+        c.gpu, c.watched, c.audit, c.faults = None, watched, audit, faults
         yield c
 
 
@@ -216,3 +224,79 @@ def test_a_driver_in_token_auth_mode_is_refused(tmp_path):
     assert "RAY_AUTH_MODE token" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert proc.returncode != 0 and "nodes 0" in proc.stdout
     assert "the actors this driver creates would be destroyed before they start" in proc.stderr
+
+
+def checkpoints(root: Path, n: int) -> list[str]:
+    """Overrides for `n` scripted checkpoints policy-step1..n under `root`."""
+    for step in range(1, n + 1):
+        (root / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+    return ["model=[checkpoints]", f"model.checkpoints.glob={root}/global_step_*",
+            f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes"]
+
+
+def test_failed_engine_start_frees_its_placement_group(gpu, tmp_path):
+    """Sequential, TP=2 on a 4-GPU node: the first checkpoint's engine fails to load (injected); its
+    replica is stopped and its placement group removed, so the next checkpoint's engine fits beside
+    the user simulator's and runs in full. (Before: the group stayed reserved, and the next
+    checkpoint's engine waited for GPUs until engine.load_timeout_s.)"""
+    from ray.util import placement_group_table
+
+    write_plan(gpu.faults, fail_loads="^policy-step1$")
+    run_dir = gpu.watched / "failed-start"
+    try:
+        _, summary = sweep(run_dir, *checkpoints(tmp_path / "ckpts", 2), "schedule=sequential", "tasks.limit=2",
+                           "engine.tensor_parallel_size=2", "engine.load_timeout_s=60")
+    finally:
+        write_plan(gpu.faults)
+    assert summary.shards_failed == ["policy-step1__retail__t0__0000"]
+    error = json.loads((RunPaths(run_dir).failed_dir / "policy-step1__retail__t0__0000.json").read_text())["error"]
+    assert "injected load failure of policy-step1" in error
+    assert len(episodes(run_dir)) == 2 == len(set(episodes(run_dir)))
+    assert [g for g in placement_group_table().values() if g["state"] != "REMOVED"] == []
+
+
+@pytest.mark.timeout(900)  # before the fix the sweep waited forever
+def test_node_lost_under_a_slot_while_another_is_pinned(cluster, tmp_path):
+    """Rolling with two 1-GPU nodes: policy-step1 is the user simulator's checkpoint, served by its
+    engine (a pinned slot) on one node; policy-step2 gets the slot of its own, on the other. That
+    node dies for good once step2 is served: step2's episodes can go nowhere (the pinned slot serves
+    step1 only), so the outage is timed and step2's shards fail after engine.load_timeout_s saying
+    so, without spending attempts, while step1 finishes. (Before: the pinned slot, alive, kept the
+    outage from being timed and the sweep waited forever.)"""
+    if cluster.gpu is not None:  # this test's nodes instead of the 4-GPU one
+        cluster.kill_node(cluster.gpu)
+        cluster.gpu = None
+    nodes = [cluster.add_node(num_cpus=1, num_gpus=1) for _ in range(2)]
+    root, log, events = tmp_path / "ckpts", tmp_path / "served.log", []
+    run_dir = cluster.watched / "pinned"
+
+    def lose_step2s_node():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            served = [line.split() for line in (log.read_text().splitlines() if log.exists() else [])]
+            pid = next((int(row[0]) for row in served if row[1] == "policy-step2"), None)
+            if pid is not None:
+                node = next(n for n in nodes if pid in {p.pid for p in n.tree()})
+                events.append((recorded(run_dir), cluster.kill_node(node)))
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=lose_step2s_node, daemon=True)
+    watcher.start()
+    try:
+        _, summary = sweep(run_dir, *checkpoints(root, 2), "user=hosted", f"user.model.path={root}/global_step_1",
+                           f"user.model.tokenizer={model_path()}", "+engine.script.share_user_engine=true",
+                           DELAY, f"engine.script.service_log={log}", "engine.load_timeout_s=60", "schedule=rolling",
+                           "workers.processes=1", "workers.cpus=1.5", "workers.threads=2")  # the worker: on the head
+        watcher.join(timeout=60)
+    finally:
+        for node in nodes:
+            cluster.kill_node(node)
+    assert events and events[0][0] < 2 * N_EPISODES, events
+    assert summary.episode_failures == 0
+    assert summary.shards_failed and all(sid.startswith("policy-step2__") for sid in summary.shards_failed)
+    for sid in summary.shards_failed:
+        error = json.loads((RunPaths(run_dir).failed_dir / f"{sid}.json").read_text())["error"]
+        assert "unavailable for more than engine.load_timeout_s=60s: agent engine policy-step2" in error, error
+    step1 = [k for k in episodes(run_dir) if k[0] == "policy-step1"]
+    assert len(step1) == len(set(step1)) == N_EPISODES
