@@ -103,10 +103,11 @@ def summary(flips: list[Flip], where: str) -> list[str]:
 def _transcripts(run_dir: Path, checkpoint: str, tasks: set[tuple[str, str]]) -> dict[tuple, str]:
     """The transcripts of a checkpoint's episodes of these tasks, by (domain, task id, trial)."""
     run = RunDir(run_dir)
-    _, by_shard, _ = score_run(run, Scorer.for_config(run.config))
-    wanted = {shard: [ep for ep in eps if ep.model == checkpoint and (ep.score.domain, ep.score.task_id) in tasks]
-              for shard, eps in by_shard.items()}
-    return {key[1:]: html for key, html in transcripts_of(run, wanted).items()}
+    with run.reducing():  # scoring may rewrite reduced/scores/, as a sweep finishing this run does
+        _, by_shard, _ = score_run(run, Scorer.for_config(run.config))
+        wanted = {shard: [ep for ep in eps if ep.model == checkpoint and (ep.score.domain, ep.score.task_id) in tasks]
+                  for shard, eps in by_shard.items()}
+        return {key[1:]: html for key, html in transcripts_of(run, wanted).items()}
 
 
 def write_flips_page(path: str | Path, side_a, side_b, flips: list[Flip]) -> Path:

@@ -259,15 +259,20 @@ def _hide_secrets(value: Any, raw: Any, key: str = "") -> Any:
 
 def literal_secrets(overrides: list) -> list[str]:
     """Hydra overrides (parsed) that set a secret's key to a literal value, which the run would
-    record: `key: pass it as ${oc.env:VAR}` for each."""
-    out = []
-    for o in overrides:
-        value = o.input_line.partition("=")[2]
-        literal = value not in ("", "null", "~", "''", '""') and "${" not in value
-        if SECRET_KEY.search(o.key_or_group.rsplit(".", 1)[-1]) and literal:
-            out.append(f"{o.key_or_group}: a secret given literally would be recorded in the run directory and "
-                       "W&B; pass it from the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")")
-    return out
+    record, also inside a dict or list value (`+user.llm_args={api_key:...}`): `key: pass it as
+    ${oc.env:VAR}` for each."""
+    return [f"{key}: a secret given literally would be recorded in the run directory and W&B; pass it from "
+            "the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")"
+            for o in overrides for key in _secret_keys(o.key_or_group, o.value())]
+
+
+def _secret_keys(key: str, value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [k for name, v in value.items() for k in _secret_keys(f"{key}.{name}", v)]
+    if isinstance(value, list):
+        return [k for i, v in enumerate(value) for k in _secret_keys(f"{key}.{i}", v)]
+    literal = value not in (None, "") and "${" not in str(value)
+    return [key] if literal and SECRET_KEY.search(key.rsplit(".", 1)[-1]) else []
 
 
 def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,

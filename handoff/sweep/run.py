@@ -30,6 +30,7 @@ from handoff.sweep.config import (
     config_hash,
     literal_secrets,
     recorded_config,
+    user_checkpoint,
     validate,
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
@@ -111,6 +112,9 @@ class Prepared:
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
         self.content = {c.name: checkpoint_content(c) for c in self.ckpts}
+        user = user_checkpoint(self.sweep)  # the simulator's checkpoint decides the episodes too
+        if user is not None:
+            self.content[f"{user.name} (the user simulator's)"] = checkpoint_content(user)
         if recorded is not None and self._same_inputs(recorded):
             self.manifest = recorded
             self.shards = [Shard.model_validate(s) for s in recorded.shards]

@@ -132,6 +132,23 @@ def test_handoff_report_holds_the_reducer_lock_while_it_writes(tmp_path, monkeyp
     assert seen == [True] and RunPaths(run_dir).report_md.is_file()
 
 
+def test_handoff_compare_html_holds_the_reducer_lock_while_it_scores(tmp_path, monkeypatch):
+    import handoff.report.flips
+    from handoff.cli import main
+
+    runs = [finished_run(tmp_path / side) for side in ("a", "b")]
+    real, seen = handoff.report.flips.score_run, []
+
+    def score_run(run, scorer):
+        seen.append(held(RunPaths(run.root).reduce_lock_path))
+        return real(run, scorer)
+
+    monkeypatch.setattr(handoff.report.flips, "score_run", score_run)
+    page = tmp_path / "flips.html"
+    assert main(["compare", *map(str, runs), "--html", str(page)]) == 0
+    assert seen == [True, True] and page.is_file()
+
+
 # -- 3: a re-saved checkpoint -------------------------------------------------------------------------
 def test_a_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
     ckpt = tmp_path / "global_step_10"
@@ -144,6 +161,19 @@ def test_a_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
     with pytest.raises(ResumeRefused, match="checkpoint smollm2-135m-instruct changed on disk since the run started"):
         prepare(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"])
     assert resume(run_dir) == 2
+
+
+def test_a_user_simulator_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
+    from bench.scripted import model_path
+
+    ckpt = tmp_path / "simulator"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights v1")
+    run_dir = finished_run(tmp_path / "run", "user=hosted", f"user.model.path={ckpt}", f"user.model.tokenizer={model_path()}")
+    assert resume(run_dir) == 0
+    (ckpt / "model.safetensors").write_bytes(b"weights v2, re-saved")
+    with pytest.raises(ResumeRefused, match=r"checkpoint user-sim \(the user simulator's\) changed on disk"):
+        prepare(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"])
 
 
 # -- 5: a no-op resume -------------------------------------------------------------------------------
@@ -192,14 +222,17 @@ def test_an_api_key_from_the_environment_is_recorded_nowhere(tmp_path, monkeypat
     assert config["user"]["llm_args"]["api_key"] == "${oc.env:HANDOFF_TEST_API_KEY}"
 
 
-def test_a_literal_secret_override_is_refused_and_one_in_a_config_file_redacted(tmp_path):
+def test_a_literal_secret_override_is_refused_and_one_in_a_config_file_redacted(tmp_path, monkeypatch):
     from handoff.sweep.config import REDACTED, recorded_config
 
-    overrides = [*TINY, f"run_dir={tmp_path}/run", "user=litellm", "+user.llm_args.api_key=sk-literal"]
-    with pytest.raises(ConfigError, match="user.llm_args.api_key: a secret given literally"):
-        prepare(compose(overrides), overrides)
-    assert not (tmp_path / "run").exists()
-    for i, fine in enumerate(["+user.llm_args.api_key=null", "+user.llm_args.max_tokens=5"]):  # no secret; no secret's key
+    monkeypatch.setenv("HANDOFF_TEST_API_KEY", "sk-from-the-environment")
+    for literal in ["+user.llm_args.api_key=sk-literal", "+user.llm_args={api_key:sk-literal,max_tokens:5}"]:
+        overrides = [*TINY, f"run_dir={tmp_path}/run", "user=litellm", literal]  # also inside a dict value
+        with pytest.raises(ConfigError, match="user.llm_args.api_key: a secret given literally"):
+            prepare(compose(overrides), overrides)
+        assert not (tmp_path / "run").exists()
+    for i, fine in enumerate(["+user.llm_args.api_key=null", "+user.llm_args.max_tokens=5",  # no secret; no secret's key
+                              "+user.llm_args={api_key:'${oc.env:HANDOFF_TEST_API_KEY}'}"]):  # from the environment
         overrides = [*TINY, f"run_dir={tmp_path}/fine{i}", "user=litellm", fine]
         prepare(compose(overrides), overrides).run.unlock()
     cfg = OmegaConf.create({"user": {"llm_args": {"api_key": "sk-literal", "max_tokens": 5, "base_url": "http://x"},
