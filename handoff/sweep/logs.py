@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -37,7 +38,8 @@ class ActorOutput:
         self.terminal: TextIO = sys.stderr
         self._seen: set[str] = set()
         if directory is not None:
-            self._redirect(Path(directory) / f"{name}-{os.getpid()}.log")
+            # by host and pid: on a cluster's shared file system two nodes' processes may share a pid
+            self._redirect(Path(directory) / f"{name}-{socket.gethostname()}-{os.getpid()}.log")
         _log_to_stderr()
 
     def _redirect(self, path: Path) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 POLL_EVERY_S = 2.0
+UNANSWERED_S = 30.0  # a replica's counters asked for this long ago (restarting, or its node gone) are asked again
 MAX_BARS = 8  # in a terminal; more checkpoints share one bar
 
 
@@ -101,7 +102,7 @@ class Progress:
         self.printed: dict[str, str] = {}
         self.last_print = self.clock()
         self._served: dict = {}  # replica actor id -> its last counters (EngineHost.served)
-        self._pending: dict = {}  # poll ref -> replica actor id
+        self._pending: dict = {}  # poll ref -> (replica actor id, when asked)
         self._last_poll = 0.0
         self._quiet_since = self.clock()
         self.failures = (0, 0)  # (episode failures, failed shards)
@@ -153,16 +154,20 @@ class Progress:
 
     def poll(self, ray, replicas: list, wait: bool = False) -> None:
         """Ask every replica for its counters every POLL_EVERY_S (all of them now with `wait`) and
-        take the answers that are ready, without waiting for the others."""
+        take the answers that are ready, without waiting for the others. A replica that has not
+        answered is not asked again until UNANSWERED_S has passed: one that never answers (its
+        node gone) holds back its own counts only."""
         now = self.clock()
-        if (wait or now - self._last_poll >= POLL_EVERY_S) and not self._pending:
+        if wait or now - self._last_poll >= POLL_EVERY_S:  # each replica with no answer due
             self._last_poll = now
-            self._pending = {r.served.remote(): r._actor_id for r in replicas}
+            self._pending = {ref: asked for ref, asked in self._pending.items() if now - asked[1] < UNANSWERED_S}
+            due = {rid for rid, _ in self._pending.values()}
+            self._pending |= {r.served.remote(): (r._actor_id, now) for r in replicas if r._actor_id not in due}
         if not self._pending:
             return
         ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=10 if wait else 0)
         for ref in ready:
-            replica = self._pending.pop(ref)
+            replica, _ = self._pending.pop(ref)
             try:
                 self.served(replica, ray.get(ref))
             except Exception:  # noqa: BLE001 - a dead or restarting replica: its last counts stand

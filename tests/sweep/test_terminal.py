@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -106,6 +107,56 @@ def test_engine_counters_are_saved_with_hit_rates_and_the_user_share(tmp_path):
     assert saved["served"]["ck"]["user"]["turns"]["1"]["requests"] == 1
 
 
+class Unanswered:
+    """A replica whose counters never come (restarting, or on a lost node): its refs never get ready."""
+
+    def __init__(self, actor_id: str):
+        self._actor_id, self.asked = actor_id, 0
+        self.served = self
+
+    def remote(self):
+        self.asked += 1
+        return (self._actor_id, self.asked)
+
+
+class Answering(Unanswered):
+    def __init__(self, actor_id: str, counters):
+        super().__init__(actor_id)
+        self.counters = counters
+
+
+class FakeRay:
+    def __init__(self, replicas):
+        self.by_id = {r._actor_id: r for r in replicas}
+
+    def wait(self, refs, num_returns, timeout):
+        return [ref for ref in refs if isinstance(self.by_id[ref[0]], Answering)], None
+
+    def get(self, ref):
+        return self.by_id[ref[0]].counters()
+
+
+def test_a_replica_that_never_answers_holds_back_only_its_own_counts():
+    """After a replica is lost, the counts of the others go on; the lost one is asked again only
+    after UNANSWERED_S. (Before: one unanswered poll stopped every later poll.)"""
+    from handoff.sweep.progress import POLL_EVERY_S
+
+    clock, requests = [0.0], [1]
+    lost, alive = Unanswered("lost"), Answering("alive", lambda: served(requests[0], 0))
+    progress = Progress({"ck": (0, 8)}, max_steps=12, enabled=False, clock=lambda: clock[0])
+    for step in range(1, 6):
+        clock[0] = step * POLL_EVERY_S
+        requests[0] = step
+        progress.poll(FakeRay([lost, alive]), [lost, alive])
+        assert progress.counts["ck"].requests["agent"] == step
+    assert lost.asked == 1 and alive.asked == 5
+    from handoff.sweep.progress import UNANSWERED_S
+
+    clock[0] += UNANSWERED_S
+    progress.poll(FakeRay([lost, alive]), [lost, alive])
+    assert lost.asked == 2
+
+
 ACTOR = textwrap.dedent("""
     import os, subprocess, sys, traceback
     from handoff.sweep.logs import ActorOutput
@@ -131,7 +182,9 @@ def test_an_actors_output_goes_to_its_log_and_its_failure_to_the_terminal(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "noise" not in proc.stdout
     terminal = proc.stderr
-    log = next((tmp_path / "logs").glob("engine-agent-*.log")).read_text()
+    (path,) = (tmp_path / "logs").glob("engine-agent-*.log")
+    assert path.name.startswith(f"engine-agent-{socket.gethostname()}-")  # one node's pid is not unique on a cluster
+    log = path.read_text()
     for line in ("library noise on stdout", "C++ noise on fd 2", "child noise", "engine ready",
                  "RuntimeError: CPU Generator does not use offset"):
         assert line in log
