@@ -16,7 +16,8 @@ What is the episode's own doing (an exception in it, a timeout) costs the shard 
 attempt ends when one of its episodes fails, the failed episodes are resubmitted under the next
 attempt, and all the episodes that one crash takes down count as one attempt. An episode whose
 worker process dies under it again (an episode that runs it out of memory or crashes it every
-time) is its own doing too: the first death is free, each further one costs an attempt. A shard whose attempts
+time) is its own doing too: after its worker died under it twice it runs on a worker of its own, and each
+death there costs an attempt (the episodes beside it when it crashed lose nothing). A shard whose attempts
 are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
 partial/<id>.jsonl for the next resume.
 """
@@ -69,6 +70,7 @@ class Inflight:
     attempt: int
     slot: object = None  # the rolling schedule's engine slot
     started: float = field(default_factory=time.monotonic)
+    alone: bool = False  # on a worker of its own: its worker's death is its doing
 
 
 @dataclass
@@ -178,7 +180,8 @@ class Driver:
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
-        self.outage: Outage | None = None
+        self.pause: Outage | None = None  # dispatch paused: the user's engines, every agent set or the workers down
+        self.strand: Outage | None = None  # checkpoints whose queued episodes no engine alive can take
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -388,6 +391,7 @@ class Driver:
         in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
+        self.alone: set[int] = set()  # workers running a suspect episode (see _worker_for) and nothing else
         live: Live | None = None
         while placement.has_work() or inflight:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
@@ -398,10 +402,15 @@ class Driver:
                 for ref, error in live.dead:  # a checkpoint whose engines are all dead for good: its shards
                     self._abandon(error, bar, [st for st in states if st.shard.model == ref.checkpoint.name])
                 placement.drop_dead(live.gone)
-            for st, ep, agent, slot in placement.take(live.capacity - len(inflight), live.alive) if live.ready else []:
-                w = min(live.workers, key=self.load.__getitem__)
+            room = live.capacity - len(inflight) - len(self.alone) * (self.cfg.workers.threads - 1)
+            for st, ep, agent, slot in placement.take(room, live.alive) if live.ready else []:
+                w = self._worker_for(st, ep, live.workers)
+                if w is None:  # a suspect waits for an idle worker
+                    placement.finished(slot, None)
+                    placement.requeue(st, ep)
+                    continue
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
-                inflight[ref] = Inflight(st, ep, w, st.attempt, slot)
+                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.alone)
                 self.load[w] += 1
             loads = placement.loads()
             waiting = list(inflight) + loads
@@ -413,7 +422,7 @@ class Driver:
                     placement.loaded(ref)
                     continue
                 item = inflight.pop(ref)
-                self.load[item.worker] -= 1
+                self._release(item)
                 try:
                     record = EpisodeRecord.model_validate(self.ray.get(ref, timeout=60))
                 except Exception as exc:  # noqa: BLE001 - sorted out by _failed
@@ -426,16 +435,36 @@ class Driver:
             bar.poll(self.ray, self._replicas(placement, user, live))
             if loads:
                 placement.check_load_timeouts()
-            if self.outage is None:  # an outage does not count against the episodes' time
+            if self.pause is None:  # a pause does not count against the episodes' time
                 for ref, item in list(inflight.items()):
                     if time.monotonic() - item.started > self.cfg.episode_timeout_s:
                         self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
                         inflight.pop(ref)
-                        self.load[item.worker] -= 1
+                        self._release(item)
                         placement.finished(item.slot, None)
                         self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"),
                                      placement, bar)
         bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
+
+    SUSPECT_DEATHS = 2  # an episode whose worker died under it this often runs alone from then on
+
+    def _worker_for(self, st: ShardState, ep: Episode, workers: list[int]) -> int | None:
+        """The least loaded worker not kept for a suspect; for a suspect (an episode whose worker
+        died under it SUSPECT_DEATHS times: a node's loss kills a worker once, an episode that
+        crashes its worker does it every time, to the episodes beside it too) an idle worker, kept
+        for it alone, or None while there is none."""
+        free = [w for w in workers if w not in self.alone]
+        if self.worker_deaths[(st.shard.id, ep.key)] < self.SUSPECT_DEATHS:
+            return min(free, key=self.load.__getitem__) if free else None
+        idle = next((w for w in free if self.load[w] == 0), None)
+        if idle is not None:
+            self.alone.add(idle)
+        return idle
+
+    def _release(self, item: Inflight) -> None:
+        self.load[item.worker] -= 1
+        if item.alone:
+            self.alone.discard(item.worker)
 
     @staticmethod
     def _replicas(placement, user: EngineRef | None, live: Live | None) -> list:
@@ -467,25 +496,32 @@ class Driver:
         if not workers:
             pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         stranded = [] if pausing else placement.stranded(alive)
-        missing = pausing + [self._unavailable(ref) for ref in stranded]
-        if missing and self.outage is None:
-            self.outage = Outage(now, missing)
-        elif not missing and self.outage is not None:
-            for item in inflight.values():  # an outage does not count against the episodes' time
-                item.started += now - self.outage.since
-            self.outage = None
+        # Two clocks: a pause (nothing dispatched, in-flight episodes' time credited back at its end)
+        # and stranded checkpoints (the other slots go on, their episodes' time runs as usual).
+        if self.pause is None and pausing:
+            self.pause = Outage(now, pausing)
+        elif self.pause is not None and not pausing:
+            for item in inflight.values():
+                item.started += now - self.pause.since
+            self.pause = None
+        if not pausing:  # a pause keeps the stranded clock running: both are unavailable
+            self.strand = Outage(self.strand.since if self.strand else now, stranded) if stranded else None
         fatal = self.dead_error(user) if user in dead else ""
         dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
-        if self.outage is not None and now - self.outage.since > e.load_timeout_s:
-            error = (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: "
-                     f"{'; '.join(missing)}. Its node died and no node with these resources joined in time; "
-                     "resume the run once the cluster has them")
-            fatal = fatal or (error if pausing else "")
-            dead_sets += [] if pausing else [(ref, error) for ref in stranded]
-            self.outage = None
+        if self.pause is not None and now - self.pause.since > e.load_timeout_s:
+            fatal, self.pause = fatal or self._outage_error(pausing), None
+        if not pausing and self.strand is not None and now - self.strand.since > e.load_timeout_s:
+            dead_sets += [(ref, self._outage_error([self._unavailable(r) for r in stranded])) for ref in stranded]
+            self.strand = None
         if fatal:
-            self.outage = None
+            self.pause = self.strand = None
         return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone)
+
+    def _outage_error(self, missing: list[str]) -> str:
+        e = self.cfg.engine
+        return (f"unavailable for more than engine.load_timeout_s={e.load_timeout_s:g}s: {'; '.join(missing)}. "
+                "Its node died and no node with these resources joined in time; resume the run once the cluster "
+                "has them")
 
     def _unavailable(self, ref: EngineRef) -> str:
         return f"{ref.name} (no replica alive: each needs {self.replica_needs()})"
@@ -541,13 +577,12 @@ class Driver:
         return lost
 
     def _killed_its_worker_again(self, item: Inflight, exc: Exception) -> bool:
-        """Whether `exc` says the episode's worker died, and not for the first time under this
-        episode (a node's loss kills it once; an episode that crashes its worker does every time)."""
+        """Whether `exc` says the episode's worker died while it ran alone there (see _worker_for):
+        a death beside other episodes may be theirs, or a node's, and costs nothing."""
         if not worker_lost(exc):
             return False
-        key = (item.state.shard.id, item.episode.key)
-        self.worker_deaths[key] += 1
-        return self.worker_deaths[key] > 1
+        self.worker_deaths[(item.state.shard.id, item.episode.key)] += 1
+        return item.alone
 
     def _error_text(self, item: Inflight, exc: Exception) -> str:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]

@@ -1,0 +1,83 @@
+"""The driver's two outage clocks, without Ray (actor states and the clock are the test's): a pause
+(dispatch stops: the user's engines, every agent engine set or the workers down; in-flight episodes'
+time is credited back at its end) and stranded checkpoints (queued episodes no engine alive can take,
+while the other slots go on). Each fails its own work after engine.load_timeout_s of its own."""
+
+from __future__ import annotations
+
+import pytest
+
+import handoff  # noqa: F401
+from handoff.sweep import driver as driver_module
+from handoff.sweep.config import checkpoints, validate
+from handoff.sweep.driver import Driver, Inflight
+from handoff.sweep.run import compose
+from handoff.sweep.rundir import SweepRun
+from handoff.sweep.worker import EngineRef
+
+TIMEOUT = 100
+
+
+class Actor:
+    def __init__(self, name: str):
+        self._actor_id = name
+
+
+class Placement:
+    """Two agent engine sets (rolling slots) A and B; B's checkpoint is stranded while B is down."""
+
+    def __init__(self, cfg):
+        a, b = checkpoints(cfg)[:1] * 2
+        self.a, self.b = EngineRef(a, [Actor("a")]), EngineRef(b, [Actor("b")])
+
+    def engine_sets(self):
+        return [self.a, self.b]
+
+    def stranded(self, alive):
+        return [self.b] if "b" not in alive else []
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted", f"engine.load_timeout_s={TIMEOUT}"]))
+    d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False)
+    d.workers = [Actor("w")]
+    states, clock = {"a": "ALIVE", "b": "ALIVE", "w": "ALIVE"}, [1000.0]
+    monkeypatch.setattr(driver_module, "actor_state", lambda handle: states[handle._actor_id])
+    monkeypatch.setattr(driver_module.time, "monotonic", lambda: clock[0])
+
+    def at(t: float, **now):
+        clock[0] = 1000.0 + t
+        states.update(now)
+        return d._live(Placement(cfg), None, inflight)
+
+    inflight = {"ref": Inflight(None, None, 0, 1, started=1000.0)}
+    return d, at, inflight
+
+
+def test_a_pause_that_starts_late_in_a_stranded_outage_gets_its_own_clock(world):
+    """Checkpoint B stranded from t=0; the workers restart at t=90 (a pause): at t=101 the stranded
+    checkpoint's shards fail, the pause does not (11 s old); it fails only past t=190."""
+    _, at, _ = world
+    assert at(0, b="RESTARTING").dead == []
+    assert at(90, w="RESTARTING").fatal == ""
+    live = at(101)
+    assert live.fatal == "" and live.dead == [] and not live.ready, "a pause 11 s old failed the sweep"
+    live = at(150, w="ALIVE")  # the pause ends; the stranded clock ran on under it
+    assert live.fatal == "" and len(live.dead) == 1 and "load_timeout_s=100" in live.dead[0][1]
+    assert at(160, w="RESTARTING").fatal == "" and at(250).fatal == ""
+    assert "episode workers" in at(261).fatal
+
+
+def test_a_stranded_outage_neither_suspends_nor_credits_the_other_slots_episode_time(world):
+    """While only B's checkpoint is stranded, the others' episodes run (and time out) as usual: their
+    time is credited back only after a pause."""
+    d, at, inflight = world
+    at(0, b="RESTARTING")
+    assert d.pause is None  # _dispatch checks episode timeouts while nothing pauses
+    at(50, b="ALIVE")
+    assert inflight["ref"].started == 1000.0
+    at(60, w="RESTARTING")
+    assert d.pause is not None
+    at(80, w="ALIVE")
+    assert d.pause is None and inflight["ref"].started == 1020.0
