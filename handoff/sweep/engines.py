@@ -430,6 +430,7 @@ class RayEngineClient:
             if state != "ALIVE":
                 down_since = down_since or now
                 if now - down_since > self.load_timeout_s:
+                    ray.cancel(ref)  # abandoned: the replacement must not generate it on
                     raise EngineUnavailableError(
                         f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
                         f"{self.load_timeout_s:g}s ({state}): its node is gone and no node with the "
@@ -437,6 +438,7 @@ class RayEngineClient:
             elif down_since is not None:  # back: the retried request starts over
                 deadline, down_since = now + self.timeout_s, None
             elif now > deadline:
+                ray.cancel(ref)  # abandoned: vLLM aborts it instead of generating on
                 raise TimeoutError(f"{self.name} request ran over engine.request_timeout_s={self.timeout_s:g}s")
         return ref
 

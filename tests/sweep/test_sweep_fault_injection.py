@@ -131,18 +131,22 @@ def test_one_slots_failed_load_leaves_the_checkpoint_to_the_others(faults, tmp_p
 
 @pytest.mark.timeout(600)  # before the fix the sweep never ended: each death requeued the episode for free
 def test_an_episode_that_kills_its_worker_every_time_spends_attempts(faults, tmp_path):
-    """kill -9 of the worker process each time it starts the trial-0 episode: its first death is
-    free (a node's loss would look the same), each further one costs an attempt; after
-    max_attempts=2 its shard fails saying why, and the trial-1 shard is done."""
+    """kill -9 of the one worker process each time it starts the trial-0 episode, with trial 1 beside
+    it on the same worker: the first two deaths cost nothing (a node's loss would look the same, and
+    either episode may be the cause); from then on each runs on a worker of its own, trial 1 finishes
+    there, and each death of trial 0 alone costs an attempt: after max_attempts=2 its shard fails
+    saying why. (Before: every death was free and the sweep never ended; then trial 1, innocent,
+    was charged for trial 0's deaths too and its shard failed beside it.)"""
     log = tmp_path / "faults.log"
     write_plan(faults, poison="/0$", log=str(log))
     run_dir = tmp_path / "run"
-    _, summary = sweep(run_dir, "trials=2", "tasks.limit=1", "shard_size=1")
+    _, summary = sweep(run_dir, "trials=2", "tasks.limit=1", "shard_size=1", "workers.processes=1",
+                       "workers.threads=2")
     poisoned = "smollm2-135m-instruct__retail__t0__0000"
     assert summary.shards_failed == [poisoned] and summary.episode_failures == 2
     failed = failures(run_dir)[poisoned]
-    assert failed["attempts"] == 2 and "the worker process died 3 times while running episode" in failed["error"]
-    assert [line.split()[0] for line in log.read_text().splitlines()] == ["poison"] * 3
+    assert failed["attempts"] == 2 and "the worker process died 4 times while running episode" in failed["error"]
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["poison"] * 4
     assert [k[3] for k in episodes(run_dir)] == [1]
 
 
@@ -162,6 +166,20 @@ def test_a_timed_out_episode_is_cancelled(faults, tmp_path):
     trial1 = [e[0] if e[0] == "run" else e[3] for e in events if e[0] in ("run", "ran") and e[2].endswith("/1")]
     assert trial1[0] == "run" and trial1[1] != "ok" and trial1[2:] == ["run", "ok"], events
     assert summary.shards_failed == [] and summary.episodes_done == 2  # (a cold first episode may time out too)
+
+
+def test_a_request_past_its_timeout_is_cancelled(faults, tmp_path):
+    """Trial 1's first user request hangs (120 s), once: at engine.request_timeout_s the episode's
+    client gives it up and cancels it on the engine (vLLM would abort it), and the second attempt
+    completes. (Before: the abandoned request went on on the engine until it ended.)"""
+    log = tmp_path / "faults.log"
+    write_plan(faults, slow="^user/[^/]+/retail/[^/]+/1/", slow_s=120, slow_once=str(tmp_path / "slow-once"),
+               log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "workers.processes=1", "trials=2", "tasks.limit=1", "engine.request_timeout_s=20")
+    events = [line.split()[0] for line in log.read_text().splitlines()]
+    assert [e for e in events if e in ("slow", "cancelled", "slow_done")] == ["slow", "cancelled"], events
+    assert summary.shards_failed == [] and summary.episodes_done == 2
 
 
 def test_engine_killed_during_an_in_place_reload(faults, tmp_path):
