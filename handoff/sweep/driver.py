@@ -74,12 +74,6 @@ class Inflight:
 
 
 @dataclass
-class Outage:
-    since: float
-    missing: list[str]
-
-
-@dataclass
 class Live:
     """What dispatch may use now: the alive workers (indices) and engine replicas (actor ids);
     `ready` unless some engine set or the workers have none alive."""
@@ -180,8 +174,11 @@ class Driver:
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
-        self.pause: Outage | None = None  # dispatch paused: the user's engines, every agent set or the workers down
-        self.strand: Outage | None = None  # checkpoints whose queued episodes no engine alive can take
+        # When the two kinds of outage began (None: none now): dispatch paused (the user's engines, every
+        # agent set or the workers down), and checkpoints whose queued episodes no engine alive can take.
+        self.pause: float | None = None
+        self.strand: float | None = None
+        self.alone: set[int] = set()  # workers running a suspect episode (see _worker_for) and nothing else
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -391,7 +388,7 @@ class Driver:
         in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
-        self.alone: set[int] = set()  # workers running a suspect episode (see _worker_for) and nothing else
+        self.alone = set()
         live: Live | None = None
         while placement.has_work() or inflight:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
@@ -499,18 +496,18 @@ class Driver:
         # Two clocks: a pause (nothing dispatched, in-flight episodes' time credited back at its end)
         # and stranded checkpoints (the other slots go on, their episodes' time runs as usual).
         if self.pause is None and pausing:
-            self.pause = Outage(now, pausing)
+            self.pause = now
         elif self.pause is not None and not pausing:
             for item in inflight.values():
-                item.started += now - self.pause.since
+                item.started += now - self.pause
             self.pause = None
         if not pausing:  # a pause keeps the stranded clock running: both are unavailable
-            self.strand = Outage(self.strand.since if self.strand else now, stranded) if stranded else None
+            self.strand = (now if self.strand is None else self.strand) if stranded else None
         fatal = self.dead_error(user) if user in dead else ""
         dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
-        if self.pause is not None and now - self.pause.since > e.load_timeout_s:
+        if self.pause is not None and now - self.pause > e.load_timeout_s:
             fatal, self.pause = fatal or self._outage_error(pausing), None
-        if not pausing and self.strand is not None and now - self.strand.since > e.load_timeout_s:
+        if not pausing and self.strand is not None and now - self.strand > e.load_timeout_s:
             dead_sets += [(ref, self._outage_error([self._unavailable(r) for r in stranded])) for ref in stranded]
             self.strand = None
         if fatal:
