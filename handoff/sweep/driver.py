@@ -41,7 +41,7 @@ from handoff.sweep.engines import (
     one_engine,
     replica_options,
 )
-from handoff.sweep.logs import log_dir
+from handoff.sweep.logs import log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
@@ -168,6 +168,7 @@ class Driver:
         self.failures = 0
         self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
         self.worker_deaths: Counter = Counter()  # (shard id, episode key): how often its worker died under it
+        self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
         self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # execute() makes the sweep's
@@ -548,8 +549,12 @@ class Driver:
         if not st.failed:
             st.failed = True
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
-            last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+            last = plain(error).strip().splitlines()[-1] if error.strip() else "unknown error"
             self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
+            excerpt = traceback_excerpt(error)
+            if excerpt and last not in self.tracebacks_shown:  # the driver's own copy: an actor's forwarded
+                self.tracebacks_shown.add(last)                # output may reach the terminal after the sweep ends
+                self.bar.write(excerpt)
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
         """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine

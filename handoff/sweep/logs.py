@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -22,6 +23,26 @@ from typing import TextIO
 
 LOGS = "logs"
 TAIL_LINES = 40  # of an actor's log, shown on the terminal with its failure
+TRACEBACK_LINES = 16  # of a failed shard's traceback, shown on the terminal by the driver
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def plain(text: str) -> str:
+    """`text` without terminal colour codes (Ray colours the actor names in its errors)."""
+    return _ANSI.sub("", text)
+
+
+def traceback_excerpt(error: str, lines: int = TRACEBACK_LINES) -> str | None:
+    """The innermost traceback in `error` (an episode's error as the driver records it, which for an
+    actor's failure holds the remote traceback), cut to its last `lines` lines; None when it has none."""
+    text = plain(error)
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return None
+    body = text[start + len(_TRACEBACK):].strip("\n").splitlines()
+    cut = ["  ..."] if len(body) > lines else []
+    return "\n".join([_TRACEBACK, *cut, *body[-lines:]])
 
 
 def log_dir(run_root: str | Path, verbose: bool) -> str | None:

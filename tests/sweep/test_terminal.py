@@ -204,6 +204,52 @@ def test_verbose_leaves_the_output_on_the_terminal(tmp_path):
     assert "Traceback (most recent call last)" in proc.stderr and not list(tmp_path.iterdir())
 
 
+# an episode's error as the driver records it when the engine failed under the worker: Ray's coloured
+# actor names, the worker's traceback and, inside it, the engine's
+RAY_ERROR = ("ray.exceptions.RayTaskError(RuntimeError): \x1b[36mray::EpisodeWorker.run()\x1b[39m (pid=7)\n"
+             "Traceback (most recent call last):\n  File \"worker.py\", line 1, in run\n"
+             "ray.exceptions.RayTaskError(RuntimeError): \x1b[36mray::EngineHost.generate()\x1b[39m (pid=9)\n"
+             "Traceback (most recent call last):\n"
+             + "".join(f'  File "engine.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(20))
+             + "RuntimeError: scripted failure for user/ck/retail/0")
+
+
+def test_the_traceback_excerpt_is_the_innermost_traceback_plain_and_cut():
+    from handoff.sweep.logs import TRACEBACK_LINES, plain, traceback_excerpt
+
+    excerpt = traceback_excerpt(RAY_ERROR)
+    lines = excerpt.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[1] == "  ..."
+    assert len(lines) == TRACEBACK_LINES + 2 and lines[-1] == "RuntimeError: scripted failure for user/ck/retail/0"
+    assert "worker.py" not in excerpt and "\x1b[" not in excerpt
+    assert traceback_excerpt("TimeoutError: episode took over 600 s") is None  # nothing to show
+    short = traceback_excerpt("Traceback (most recent call last):\n  File \"x\", line 1\nValueError: v")
+    assert short.splitlines() == ["Traceback (most recent call last):", '  File "x", line 1', "ValueError: v"]
+    assert plain("\x1b[36mray::X\x1b[39m") == "ray::X"
+
+
+def test_the_driver_shows_a_failed_shards_traceback_once_per_error(tmp_path):
+    """The driver prints the traceback itself: what an actor writes reaches the terminal through Ray's
+    log forwarding, which may come after the sweep has ended (a fresh-clone `make test` under load)."""
+    from types import SimpleNamespace
+
+    from handoff.sweep.config import checkpoints, validate
+    from handoff.sweep.driver import Driver, ShardState
+    from handoff.sweep.run import compose
+    from handoff.sweep.rundir import SweepRun
+
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"]))
+    d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False)
+    d.bar.stream = stream = io.StringIO()
+    for i in range(3):
+        d._give_up(ShardState(SimpleNamespace(id=f"ck__retail__t0__000{i}"), {}), RAY_ERROR)
+    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0009"), {}), "TimeoutError: episode took too long")
+    out = stream.getvalue()
+    assert out.count("Traceback (most recent call last):") == 1 and "\x1b[" not in out
+    assert out.count("failed: RuntimeError: scripted failure for user/ck/retail/0") == 3
+    assert "shard ck__retail__t0__0009 failed: TimeoutError: episode took too long" in out
+
+
 SCRIPTED = ["engine=scripted", "domain=[airline,retail]", "tasks.per_kind=null", "tasks.limit=1", "shard_size=1",
             "workers.processes=1", "workers.threads=2", "logger.mode=disabled", "cluster.num_cpus=2", "max_attempts=1",
             "engine.script.fail_sessions='^user/[^/]+/retail/'"]  # every retail user turn fails on the engine
