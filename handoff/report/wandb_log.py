@@ -282,24 +282,39 @@ def _error(what: str, mode: str, exc: Exception) -> str:
     return f"{what} ({mode}): {type(exc).__name__}: {message}"
 
 
+# wandb's own service process gone (killed, or its socket closed under load): a fresh one may do
+LOST_SERVICE = {"MailboxClosedError", "HandleAbandonedError", "ConnectionResetError", "BrokenPipeError"}
+
+
+def _service_lost(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if type(exc).__name__ in LOST_SERVICE:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class _Logger:
-    """Runs each logging call online first when asked; once one fails, it and the rest go offline."""
+    """Runs each logging call online first when asked; once one fails, it and the rest go offline.
+    A call that lost wandb's service process is tried once more, with a new one."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.errors: list[str] = []
 
-    def __call__(self, what: str, log, *args) -> bool:
+    def __call__(self, what: str, log, *args, retry: bool = True) -> bool:
+        import wandb
+
         try:
             log(*args, mode=self.mode)
             return True
         except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
+            wandb.teardown()  # frees the run id the failed run still holds, and a lost service
+            if retry and _service_lost(exc):  # reported only if the new service fails too
+                return self(what, log, *args, retry=False)
             self.errors.append(_error(what, self.mode, exc))
         if self.mode == "offline":
             return False
-        import wandb
-
-        wandb.teardown()  # frees the run id the failed online run still holds
         self.mode = "offline"
         return self(what, log, *args)
 
