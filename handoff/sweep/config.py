@@ -11,6 +11,7 @@ import glob as globlib
 import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -174,7 +175,23 @@ class TasksConfig(Strict):
         unknown = [k for k in kinds or [] if k not in KINDS]
         if unknown:
             raise ValueError(f"unknown task kind(s) {', '.join(unknown)}: expected some of {', '.join(KINDS)}")
+        _once(kinds or [], "task kind")
         return kinds
+
+    @field_validator("ids")
+    @classmethod
+    def _ids_once(cls, ids: list[str] | dict[str, list[str]] | None):
+        for domain, some in ids.items() if isinstance(ids, dict) else [("", ids or [])]:
+            _once(some, f"{domain} task id".lstrip())
+        return ids
+
+
+def _once(values: list, what: str) -> None:
+    """ValueError naming the repeated values: a repeat would run the same episodes twice."""
+    repeated = [v for v, n in Counter(values).items() if n > 1]
+    if repeated:
+        raise ValueError(f"repeated {what}(s) {', '.join(map(repr, repeated))}: give each once "
+                         "(a repeat would run and count its episodes twice)")
 
 
 class WorkersConfig(Strict):
@@ -208,6 +225,12 @@ class SweepConfig(Strict):
 
     def domains(self) -> list[str]:
         return sorted(d.name for d in self.domain.values())
+
+    @field_validator("domain")
+    @classmethod
+    def _domains_once(cls, domain: dict[str, DomainConfig]) -> dict[str, DomainConfig]:
+        _once([d.name for d in domain.values()], "domain")
+        return domain
 
     @model_validator(mode="after")
     def _ids_of_selected_domains(self):

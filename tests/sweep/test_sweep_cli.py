@@ -79,6 +79,8 @@ def test_shell_completion_through_handoff():
     ("python -m handoff.sweep", "tasks.ids={airline:[0],retail:[no_such_task]}",
      "tasks.ids.retail: unknown retail task 'no_such_task'"),
     ("handoff sweep", "tasks.ids={airline:[0],mars:[1]}", "tasks.ids: mars is not a selected domain"),
+    ("python -m handoff.sweep", "tasks.ids=[0,1,0]", "tasks.ids: Value error, repeated task id(s) '0'"),
+    ("handoff sweep", "tasks.kinds=[upstream,upstream]", "tasks.kinds: Value error, repeated task kind(s) 'upstream'"),
     ("handoff sweep", "tasks.offset=100000", "tasks: no airline task matches"),
     ("handoff sweep", "engine.gpu_memory_utilization=1.5", "engine.gpu_memory_utilization: Input should be less"),
     ("handoff sweep", "model.smollm2.path=/nonexistent/ckpt",

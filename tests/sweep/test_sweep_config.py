@@ -170,6 +170,18 @@ def test_bad_task_counts_name_the_key(overrides):
     assert "\n  tasks" in _error(overrides)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["tasks.ids=[3,5,3]"], "tasks.ids: Value error, repeated task id(s) '3': give each once"),
+    (["tasks.ids=[0,'0']"], "tasks.ids: Value error, repeated task id(s) '0'"),  # a number is its string
+    (["tasks.ids={airline:[1,2],retail:[4,1,4]}"], "tasks.ids: Value error, repeated retail task id(s) '4'"),
+    (["tasks.kinds=[upstream,hard_negative,upstream]"], "tasks.kinds: Value error, repeated task kind(s) 'upstream'"),
+    (["+domain.again.name=airline"], "domain: Value error, repeated domain(s) 'airline'"),
+])
+def test_a_repeated_task_id_kind_or_domain_is_refused(overrides, message):
+    """A repeat would plan its episodes twice (and a shard that holds one episode twice never completes)."""
+    assert message in _error(overrides)
+
+
 def test_config_hash_ignores_execution_keys(tmp_path):
     a = to_container(compose([f"run_dir={tmp_path}/a"]))
     b = to_container(compose([f"run_dir={tmp_path}/b", "workers.threads=2", "cluster=existing",
