@@ -32,6 +32,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -221,6 +222,9 @@ class StaleCheckpoint(RuntimeError):
     episode the driver already gave up, after the replica moved on to another checkpoint)."""
 
 
+SESSIONS_KEPT = 4096  # sessions whose turns a replica counts (the most recent): far more than run at once
+
+
 class EngineHost:
     """One engine replica (use through ray.remote: an async actor). `load` switches it to another
     checkpoint in place (the rolling schedule); each request names the checkpoint it expects, and a
@@ -236,7 +240,7 @@ class EngineHost:
         self._engine = None
         self._loading = asyncio.Lock()
         self._served: dict = {}  # served(): counters per checkpoint and role
-        self._turns: dict[str, int] = {}  # requests so far per session
+        self._turns: OrderedDict[str, int] = OrderedDict()  # requests so far per recent session (SESSIONS_KEPT)
 
     def __repr__(self) -> str:  # Ray's log prefix and the GCS's actor table show it
         return f"EngineHost({self.role}: {self.checkpoint.name})"
@@ -341,6 +345,9 @@ class EngineHost:
         name, role = label or (self.checkpoint.name, self.role)
         session = request_id.rsplit("/", 1)[0]
         turn = self._turns[session] = self._turns.get(session, 0) + 1
+        self._turns.move_to_end(session)
+        if len(self._turns) > SESSIONS_KEPT:  # a long sweep's finished sessions are forgotten
+            self._turns.popitem(last=False)
         c = self._served.setdefault(name, {}).setdefault(role, {"requests": 0, "prompt_tokens": 0,
                                                                 "cached_prompt_tokens": 0, "generated_tokens": 0,
                                                                 "request_s": 0.0, "turns": {}})

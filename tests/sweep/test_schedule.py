@@ -12,6 +12,7 @@ import pytest
 
 import handoff  # noqa: F401
 from bench.scripted import model_path
+from handoff.sweep import engines
 from handoff.sweep.config import Checkpoint, to_container
 from handoff.sweep.engines import EngineHost, StaleCheckpoint
 from handoff.sweep.run import compose, run_sweep
@@ -95,3 +96,18 @@ def test_replica_switches_checkpoint_and_refuses_stale_requests(tmp_path):
 
     assert asyncio.run(main()) == "b"
     assert [line.split()[1] for line in (tmp_path / "service.log").read_text().splitlines()] == ["b", "b"]
+
+
+def test_replica_counts_the_turns_of_its_most_recent_sessions_only(tmp_path, monkeypatch):
+    """A long sweep's finished sessions are forgotten: a replica's turn counters keep the
+    SESSIONS_KEPT sessions that were served last, and go on counting theirs."""
+    monkeypatch.setattr(engines, "SESSIONS_KEPT", 3, raising=False)
+    host, _ = _host(tmp_path, "a")
+
+    async def main():
+        for session in ["s0", "s1", "s2", "s0", "s3", "s0"]:  # s0's second turn leaves s1 the oldest
+            await host.generate([1, 2], {}, f"{session}/r")
+
+    asyncio.run(main())
+    assert dict(host._turns) == {"s2": 1, "s3": 1, "s0": 3}
+    assert {turn: c["requests"] for turn, c in host._served["a"]["agent"]["turns"].items()} == {"1": 4, "2": 1, "3": 1}
