@@ -6,6 +6,7 @@ call the engine actors through RayEngineClient; the worker keeps tokenizers and 
 from __future__ import annotations
 
 import threading
+import uuid
 from functools import lru_cache
 
 from handoff.sweep.config import Checkpoint, SweepConfig
@@ -64,8 +65,9 @@ class EpisodeWorker:
         ep = Episode.model_validate(episode)
         task = get_task(ep.domain, ep.task_id)
         spec = self._user_spec(user)
-        user_sim = self._user(spec, task, user, session_id=f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}",
-                              model=ep.model)
+        # one session per attempt, as the agent's: a retried episode's turns are counted (and routed) afresh
+        session = f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}/{uuid.uuid4().hex[:8]}"
+        user_sim = self._user(spec, task, user, session_id=session, model=ep.model)
         result = run_episode(ep.domain, task, self._client(agent, ep.model), self.chat(agent.checkpoint), user_sim,
                              self._settings(agent.checkpoint), ep.seed, **self._evaluation(ep.domain))
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")

@@ -260,6 +260,30 @@ def test_sessions_stick_to_one_replica():
     assert route("user/m/retail/0/0", 1) == 0
 
 
+def test_each_attempt_of_an_episode_is_a_user_session_of_its_own(tmp_path, monkeypatch):
+    """A retried episode's user simulator starts a session of its own, as its agent does, so that the
+    replica counts its turns from the first (EngineHost._count); the id keeps its prefix, which
+    engine.script.fail_sessions and the fault tests match."""
+    from handoff.sweep.worker import EpisodeWorker
+
+    class Stop(Exception):
+        pass
+
+    def user(spec, task, ref, session_id, model):
+        sessions.append(session_id)
+        raise Stop
+
+    worker, sessions = EpisodeWorker(validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"])).model_dump()), []
+    monkeypatch.setattr(worker, "_user", user)
+    task_id = load_tasks("retail")[0].id
+    ep = Episode(model="m", step=0, domain="retail", task_id=task_id, trial=0, seed=1)
+    for _ in range(2):  # two attempts
+        with pytest.raises(Stop):
+            worker.run(ep.model_dump(), None, None)
+    assert sessions[0] != sessions[1]
+    assert all(s.startswith(f"user/m/retail/{task_id}/0/") for s in sessions), sessions
+
+
 def test_engines_must_fit_the_cluster(tmp_path):
     from handoff.sweep.driver import check_resources
 
