@@ -316,6 +316,7 @@ class Driver:
                 mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
                     self._run_checkpoint(ck, mine, user_ck, user_ref, bar)
+            self._fail_unaccounted(pending)
         finally:
             self.stop_engines(user_ref)
             for w in self.workers:
@@ -544,6 +545,15 @@ class Driver:
     def _finish(self, st: ShardState) -> None:
         self.run.write_done(st.shard, st.records)
         st.failed = False
+
+    def _fail_unaccounted(self, states: list[ShardState]) -> None:
+        """Fail the shards of `states` that dispatch left neither complete nor failed (a bug: each
+        episode is recorded or requeued, or its shard given up), so that the run does not pass them over."""
+        for st in states:
+            if not st.complete and not st.failed:
+                self._give_up(st, f"internal error: the sweep ended with this shard neither complete nor failed "
+                                  f"({len(st.records)} of its {len(st.shard.episodes)} episodes recorded); "
+                                  "resume the run to rerun the others")
 
     def _give_up(self, st: ShardState, error: str) -> None:
         if not st.failed:

@@ -1,0 +1,51 @@
+"""The driver's account of shards, without Ray (records are the test's): a shard that dispatch left
+neither complete nor failed fails as an internal error."""
+
+from __future__ import annotations
+
+import json
+
+import handoff  # noqa: F401
+from handoff.records import EpisodeRecord
+from handoff.sweep.config import checkpoints, validate
+from handoff.sweep.driver import Driver
+from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.run import compose
+from handoff.sweep.rundir import SweepRun
+
+
+class Bar:
+    def __init__(self):
+        self.done = 0
+
+    def episode_done(self, name: str, requests: int | None = None) -> None:
+        self.done += 1
+
+
+def _driver(tmp_path, shards: list[Shard]) -> Driver:
+    cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"]))
+    return Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), shards, progress=False)
+
+
+def _shard(sid: str, *task_ids: str) -> Shard:
+    return Shard(id=sid, model="m", domain="airline", trial=0, episodes=[
+        Episode(model="m", step=0, domain="airline", task_id=t, trial=0, seed=1) for t in task_ids])
+
+
+def _record(task_id: str) -> EpisodeRecord:
+    return EpisodeRecord(model="m", domain="airline", task_id=task_id, seed=1, simulation={"task_id": task_id})
+
+
+def test_a_shard_left_neither_complete_nor_failed_fails_as_an_internal_error(tmp_path):
+    """A shard that holds one episode twice (a repeated task id, before the config refused it): its
+    second record is dropped as a late duplicate, and dispatch ended with the shard neither written nor failed."""
+    d, bar = _driver(tmp_path, [_shard("twice", "0", "0"), _shard("done", "1"), _shard("failed", "2")]), Bar()
+    for sid, task_id in (("twice", "0"), ("twice", "0"), ("done", "1")):
+        d._record(d.states[sid], _record(task_id), bar)
+    d._give_up(d.states["failed"], "scripted failure")
+    d._fail_unaccounted(list(d.todo.values()))
+    summary = d.summary()
+    assert summary.shards_done == ["done"] and summary.shards_failed == ["failed", "twice"]
+    error = json.loads(d.run.failed_path("twice").read_text())["error"]
+    assert error.startswith("internal error:") and "(1 of its 2 episodes recorded)" in error, error
+    assert json.loads(d.run.failed_path("failed").read_text())["error"] == "scripted failure"
