@@ -52,7 +52,7 @@ from handoff.sweep.worker import EngineRef, EpisodeWorker
 @dataclass
 class ShardState:
     shard: Shard
-    records: dict[tuple, EpisodeRecord]
+    records: dict[tuple, EpisodeRecord | None]  # by episode key; once the shard is written, its keys only
     attempt: int = 1
     failed: bool = False
     last_error: str = ""
@@ -544,6 +544,7 @@ class Driver:
 
     def _finish(self, st: ShardState) -> None:
         self.run.write_done(st.shard, st.records)
+        st.records = dict.fromkeys(st.records)  # the keys drop late duplicates; the records are in the shard file
         st.failed = False
 
     def _fail_unaccounted(self, states: list[ShardState]) -> None:

@@ -1,12 +1,13 @@
-"""The driver's account of shards, without Ray (records are the test's): a shard that dispatch left
-neither complete nor failed fails as an internal error."""
+"""The driver's account of shards, without Ray (records are the test's): a written shard keeps only
+its episode keys (to drop late duplicates), and a shard that dispatch left neither complete nor
+failed fails as an internal error."""
 
 from __future__ import annotations
 
 import json
 
 import handoff  # noqa: F401
-from handoff.records import EpisodeRecord
+from handoff.records import EpisodeRecord, read_shard
 from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver
 from handoff.sweep.plan import Episode, Shard
@@ -34,6 +35,19 @@ def _shard(sid: str, *task_ids: str) -> Shard:
 
 def _record(task_id: str) -> EpisodeRecord:
     return EpisodeRecord(model="m", domain="airline", task_id=task_id, seed=1, simulation={"task_id": task_id})
+
+
+def test_a_written_shard_keeps_its_episode_keys_not_its_records(tmp_path):
+    d, bar = _driver(tmp_path, [_shard("s", "0", "1")]), Bar()
+    st = d.states["s"]
+    for task_id in ("0", "1"):
+        d._record(st, _record(task_id), bar)
+    assert [r.task_id for r in read_shard(d.run.shard_path("s"))] == ["0", "1"]
+    assert st.complete and set(st.records) == {e.key for e in st.shard.episodes}
+    assert not any(isinstance(r, EpisodeRecord) for r in st.records.values()), "a written shard's records kept"
+    d._record(st, _record("1"), bar)  # a late duplicate (an attempt that ran over its time, then finished)
+    assert bar.done == 2 and not d.run.partial_path("s").exists()
+    assert d.summary().episodes_done == 2 and d.summary().shards_done == ["s"]
 
 
 def test_a_shard_left_neither_complete_nor_failed_fails_as_an_internal_error(tmp_path):
