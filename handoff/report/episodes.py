@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 from collections import defaultdict
+from html import escape
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -82,7 +83,7 @@ def write_transcripts(run: RunDir, reduction: Reduction) -> int:
         for record in read_shard(run.shard_path(shard)):
             ep = by_key[record.key]
             back = "../../" + link(checkpoint=ep.model, domain=ep.score.domain).removeprefix("episodes/")
-            nav = f"<p><a href='{back}'>&larr; episodes of {ep.model} / {ep.score.domain}</a></p>"
+            nav = f"<p><a href='{back}'>&larr; episodes of {escape(ep.model)} / {escape(ep.score.domain)}</a></p>"
             (root.parent / episode_href(shard, ep)).write_text(
                 page(f"{ep.model} {ep.score.domain} {ep.score.task_id} trial {ep.trial}",
                      nav + transcript_html(record, ep)))
@@ -122,8 +123,8 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
         stale.unlink()
     meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction)}
     path = folder / "index.html"
-    write_atomic(path, INDEX_PAGE.replace("__TITLE__", f"Episodes: {reduction.run}")
-                 .replace("__META__", json.dumps(meta).replace("</", "<\\/")))
+    fill = {"TITLE": escape(f"Episodes: {reduction.run}"), "META": json.dumps(meta).replace("<", "\\u003c")}
+    write_atomic(path, re.sub("__(TITLE|META)__", lambda m: fill[m[1]], INDEX_PAGE))  # one pass: no name fills a slot
     return path
 
 
@@ -209,7 +210,7 @@ function ensureLoaded(p) {
 function buildForm() {
   const form = document.getElementById("filters");
   for (const f of FILTERS) {
-    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option>${v}</option>`));
+    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option>${esc(v)}</option>`));
     form.insertAdjacentHTML("beforeend", `<label>${f} <select name="${f}">${opts.join("")}</select></label>`);
   }
   form.insertAdjacentHTML("beforeend", '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +

@@ -11,6 +11,7 @@ counts as successful differs. With one trial per task: correct in one, not in th
 from __future__ import annotations
 
 from collections import defaultdict
+from html import escape
 from pathlib import Path
 from typing import Literal
 
@@ -115,10 +116,10 @@ def write_flips_page(path: str | Path, side_a, side_b, flips: list[Flip]) -> Pat
     tasks = {(f.domain, f.task_id) for f in flips}
     a = _transcripts(side_a.run_dir, side_a.checkpoint, tasks)
     b = _transcripts(side_b.run_dir, side_b.checkpoint, tasks)
-    sections, seen = [], set()
+    sections, seen, label_a, label_b = [], set(), escape(side_a.label), escape(side_b.label)
     for f in flips:
         titles = {"handoff": "hand-off correctness", "tau2_success": "tau2 success"}
-        head = (f"<h2 class='flip' data-kind='{f.kind}'>{f.domain} task {f.task_id} ({f.rule}): "
+        head = (f"<h2 class='flip' data-kind='{f.kind}'>{escape(f.domain)} task {escape(f.task_id)} ({escape(f.rule)}): "
                 f"{titles[f.kind]} better in {f.better}</h2>")
         if (f.domain, f.task_id) in seen:  # both kinds flipped: the transcripts are above
             sections.append(head + "<p>(transcripts above)</p>")
@@ -127,9 +128,9 @@ def write_flips_page(path: str | Path, side_a, side_b, flips: list[Flip]) -> Pat
         trials = sorted({t.trial for t in f.a} | {t.trial for t in f.b}, key=lambda t: t or 0)
         rows = "".join(f"<tr><td>{a.get((f.domain, f.task_id, t), '(no episode)')}</td>"
                        f"<td>{b.get((f.domain, f.task_id, t), '(no episode)')}</td></tr>" for t in trials)
-        sections.append(f"{head}<table class='sbs'><tr><th>A: {side_a.label}</th><th>B: {side_b.label}</th></tr>"
+        sections.append(f"{head}<table class='sbs'><tr><th>A: {label_a}</th><th>B: {label_b}</th></tr>"
                         f"{rows}</table>")
-    body = (f"<h1>Flips: A = {side_a.label}, B = {side_b.label}</h1><p>{len(flips)} flips "
+    body = (f"<h1>Flips: A = {label_a}, B = {label_b}</h1><p>{len(flips)} flips "
             f"(docs/reports.md, Compare).</p>" + "".join(sections))
     style = "<style>table.sbs{width:100%;table-layout:fixed}table.sbs td{vertical-align:top;width:50%}</style>"
     path = Path(path)

@@ -4,6 +4,7 @@ markdown-it) with the plots of handoff.report.plots, readable without W&B, and t
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 from handoff.records import write_atomic
@@ -123,7 +124,7 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     text = markdown(run, reduction, plots)
     md, html = run.report_md, run.report_html
     write_atomic(md, text)
-    body = MarkdownIt("commonmark").enable("table").render(text)
-    write_atomic(html, HTML_PAGE.format(title=f"Hand-off report: {reduction.run}", body=body))
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)  # names and outputs are untrusted
+    write_atomic(html, HTML_PAGE.format(title=escape(f"Hand-off report: {reduction.run}"), body=body))
     return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()},
             **pages.write_episode_pages(run.root, reduction)}
