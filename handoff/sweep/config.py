@@ -10,6 +10,7 @@ import functools
 import glob as globlib
 import hashlib
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -249,53 +250,83 @@ def to_container(cfg: DictConfig | dict) -> dict:
 
 
 SECRET_KEY = re.compile(r"(?i)(^|_)(api_?key|access_?key|private_?key|secret(_?key)?|token|password|passwd|"
-                        r"credentials?|authorization)$")
-"""Config keys that hold secrets: never recorded in the run directory or W&B with their value."""
+                        r"credentials?|authorization|cookie)$")
+"""Config keys that hold secrets, `-` read as `_` (HTTP headers too: X-Api-Key, X-Auth-Token): never
+recorded in the run directory or W&B with their value."""
 SECRET_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH")
+SECRET_VALUE_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
 ENV_VAR = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 REDACTED = "<redacted>"
+MIN_SECRET = 8
+"""A secret's value shorter than this is not looked for elsewhere (e.g. `EMPTY`, a test's `x`)."""
+
+
+def secret_key(key: str) -> bool:
+    return bool(SECRET_KEY.search(key.replace("-", "_")))
+
+
+def env_secrets() -> set[str]:
+    """The values of the secret environment variables (e.g. OPENAI_API_KEY); not AUTH's, which names
+    settings too (RAY_AUTH_MODE=disabled, SSH_AUTH_SOCK)."""
+    return {v for k, v in os.environ.items() if SECRET_VALUE_ENV.search(k) and len(v) >= MIN_SECRET}
 
 
 def recorded_config(cfg: DictConfig) -> dict:
     """The resolved config as a run records it (manifest.json, config.yaml, W&B's run config): a
     value under a secret's key (SECRET_KEY: api_key, token, password, ...) or read from a secret's
     environment variable (`${oc.env:OPENAI_API_KEY}`) stays the unresolved interpolation, and a
-    secret written literally in a config file is redacted. The sweep itself runs on the resolved
-    values (validate)."""
+    secret written literally in a config file is redacted, as is any string holding the value of a
+    secret's environment variable or of a secret's key (a copy under another key). The sweep itself
+    runs on the resolved values (validate)."""
     raw = OmegaConf.to_container(cfg, resolve=False)
     raw.pop("hydra", None)
-    return _hide_secrets(to_container(cfg), raw)
+    value = to_container(cfg)
+    return _hide_secrets(value, raw, env_secrets() | _keyed_secrets(value))
 
 
-def _hide_secrets(value: Any, raw: Any, key: str = "") -> Any:
-    if isinstance(value, dict) and isinstance(raw, dict):
-        return {k: _hide_secrets(v, raw.get(k), str(k)) for k, v in value.items()}
-    if isinstance(value, list) and isinstance(raw, list) and len(value) == len(raw):
-        return [_hide_secrets(v, r, key) for v, r in zip(value, raw)]
+def _keyed_secrets(value: Any, key: str = "") -> set[str]:
+    if isinstance(value, dict):
+        return {s for k, v in value.items() for s in _keyed_secrets(v, str(k))}
+    if isinstance(value, list):
+        return {s for v in value for s in _keyed_secrets(v, key)}
+    return {value} if secret_key(key) and isinstance(value, str) and len(value) >= MIN_SECRET else set()
+
+
+def _hide_secrets(value: Any, raw: Any, secrets: set[str], key: str = "") -> Any:
+    # A section copied by an interpolation (`${agent.llm_args}`) has no raw dict or list: its secrets
+    # are hidden as literal ones.
+    if isinstance(value, dict):
+        raw = raw if isinstance(raw, dict) else {}
+        return {k: _hide_secrets(v, raw.get(k), secrets, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        raw = raw if isinstance(raw, list) and len(raw) == len(value) else [None] * len(value)
+        return [_hide_secrets(v, r, secrets, key) for v, r in zip(value, raw)]
     interpolated = isinstance(raw, str) and "${" in raw
     if interpolated and any(SECRET_ENV.search(var) for var in ENV_VAR.findall(raw)):
         return raw
-    if SECRET_KEY.search(key) and value not in (None, ""):
+    if secret_key(key) and value not in (None, ""):
         return raw if interpolated else REDACTED
-    return value
+    return REDACTED if isinstance(value, str) and any(s in value for s in secrets) else value
 
 
 def literal_secrets(overrides: list) -> list[str]:
-    """Hydra overrides (parsed) that set a secret's key to a literal value, which the run would
-    record, also inside a dict or list value (`+user.llm_args={api_key:...}`): `key: pass it as
-    ${oc.env:VAR}` for each."""
+    """Hydra overrides (parsed) that set a secret's key to a literal value, or any key to a value
+    holding a secret environment variable's, which the run would record, also inside a dict or list
+    value (`+user.llm_args={api_key:...}`): `key: pass it as ${oc.env:VAR}` for each."""
+    secrets = env_secrets()
     return [f"{key}: a secret given literally would be recorded in the run directory and W&B; pass it from "
             "the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")"
-            for o in overrides for key in _secret_keys(o.key_or_group, o.value())]
+            for o in overrides for key in _secret_keys(o.key_or_group, o.value(), secrets)]
 
 
-def _secret_keys(key: str, value: Any) -> list[str]:
+def _secret_keys(key: str, value: Any, secrets: set[str]) -> list[str]:
     if isinstance(value, dict):
-        return [k for name, v in value.items() for k in _secret_keys(f"{key}.{name}", v)]
+        return [k for name, v in value.items() for k in _secret_keys(f"{key}.{name}", v, secrets)]
     if isinstance(value, list):
-        return [k for i, v in enumerate(value) for k in _secret_keys(f"{key}.{i}", v)]
+        return [k for i, v in enumerate(value) for k in _secret_keys(f"{key}.{i}", v, secrets)]
     literal = value not in (None, "") and "${" not in str(value)
-    return [key] if literal and SECRET_KEY.search(key.rsplit(".", 1)[-1]) else []
+    secret = secret_key(key.rsplit(".", 1)[-1]) or any(s in str(value) for s in secrets)
+    return [key] if literal and secret else []
 
 
 def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,

@@ -243,6 +243,36 @@ def test_a_literal_secret_override_is_refused_and_one_in_a_config_file_redacted(
                                     "path": f"{os.environ['HOME']}/x", "tokenizer": "tok"}
 
 
+def test_header_keys_and_secret_values_are_redacted_under_any_key(monkeypatch):
+    from handoff.sweep.config import REDACTED, literal_secrets, recorded_config
+    from handoff.sweep.run import parse_overrides
+
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("HANDOFF_TEST_API_KEY", secret)
+    monkeypatch.setenv("HANDOFF_TEST_TOKEN", "short")  # too short to look for
+    monkeypatch.setenv("HANDOFF_TEST_MODEL", "/models/checkpoint")  # not a secret's name
+    monkeypatch.setenv("HANDOFF_TEST_AUTH_MODE", "disabled")  # a setting (as RAY_AUTH_MODE)
+    headers = {"X-Api-Key": "k-literal-header", "authorization": "Bearer x", "api-key": "k", "X_Auth-Token": "t",
+               "Content-Type": "application/json"}
+    cfg = OmegaConf.create({
+        "agent": {"llm_args": {"api_key": "${oc.env:HANDOFF_TEST_API_KEY}", "base_url": f"http://x/?key={secret}",
+                               "extra_headers": headers}},
+        "user": {"llm_args": "${agent.llm_args}", "note": "${agent.llm_args.api_key}", "copy": "k-literal-header"},
+        "model": {"path": "/models/checkpoint", "name": "short", "max_tokens": 64, "key_column": "task_id",
+                  "mode": "disabled"}})
+    hidden = {**{k: REDACTED for k in headers}, "Content-Type": "application/json"}
+    recorded = recorded_config(cfg)
+    assert recorded["agent"] == {"llm_args": {"api_key": "${oc.env:HANDOFF_TEST_API_KEY}", "base_url": REDACTED,
+                                              "extra_headers": hidden}}
+    assert recorded["user"] == {"llm_args": {"api_key": REDACTED, "base_url": REDACTED, "extra_headers": hidden},
+                                "note": REDACTED, "copy": REDACTED}  # copies by interpolation and by hand
+    assert recorded["model"] == cfg.model and secret not in json.dumps(recorded)
+    refused = literal_secrets(parse_overrides([f"+user.llm_args.base_url=http://x/{secret}", "+user.h.X-Auth-Token=t",
+                                               "+user.llm_args.max_tokens=5", "+model.name=short",
+                                               "+logger.mode=disabled"]))
+    assert [r.split(":")[0] for r in refused] == ["user.llm_args.base_url", "user.h.X-Auth-Token"]
+
+
 # -- 15: leaks -----------------------------------------------------------------------------------------
 @pytest.mark.ray
 def test_an_embedded_cluster_removes_its_ray_temp_dir(tmp_path):
