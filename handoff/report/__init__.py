@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import handoff
-from handoff.records import read_shard_header, write_atomic
-from handoff.report.reducer import ALL, GroupMetrics, Reduction, reduce_locked, reduce_run
+from handoff.records import write_atomic
+from handoff.report.reducer import ALL, GroupMetrics, Reduction, cache_key, reduce_locked, reduce_run
 from handoff.report.render import write_report
 from handoff.report.wandb_log import WandbResult, log_reduction
 from handoff.rundir import RunDir, RunDirError
@@ -44,12 +44,15 @@ def finish_run(run_dir: str | Path, cfg=None, report: bool = True) -> dict[str, 
         return _finish_locked(run, cfg, report)
 
 
-def report_inputs(run: RunDir, logger_cfg: dict) -> str:
-    """sha256 of what the report is made of: the metrics, the shards' checksums, the W&B settings
-    and handoff's version."""
+def report_inputs(run: RunDir, reduction: Reduction, logger_cfg: dict) -> str:
+    """sha256 of what the report is made of: the metrics, the score cache key of every shard reduced
+    (not a corrupt file's, which the reducer skips), the W&B settings, handoff's version and the
+    source of handoff.report."""
     digest = hashlib.sha256(run.metrics.read_bytes())
-    for shard in run.shards():
-        digest.update(f"{shard.name}:{read_shard_header(shard)['sha256']}".encode())
+    for shard in reduction.shards:
+        digest.update(json.dumps([shard, cache_key(run, shard)]).encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
     digest.update(json.dumps([logger_cfg, handoff.__version__], sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
@@ -79,7 +82,7 @@ def _finish_locked(run: RunDir, cfg, report: bool) -> dict[str, Path]:
 
 def _report(run: RunDir, reduction: Reduction, logger_cfg: dict) -> dict[str, Path]:
     """The report, rewritten unless the one there was made from the same inputs."""
-    stamp, inputs = run.report / ".inputs.sha256", report_inputs(run, logger_cfg)
+    stamp, inputs = run.report / ".inputs.sha256", report_inputs(run, reduction, logger_cfg)
     if run.report_md.is_file() and stamp.is_file() and stamp.read_text() == inputs:
         return {"report_md": run.report_md, "report_html": run.report_html}
     paths = write_report(run.root, reduction)

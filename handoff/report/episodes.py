@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from handoff.records import read_shard, write_atomic
-from handoff.report.reducer import Reduction
+from handoff.report.reducer import Reduction, cache_key
 from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
 from handoff.rundir import RunDir
@@ -63,9 +63,7 @@ def _renderer_hash() -> str:
 
 def _stamp(run: RunDir, shard: str, renderer: str) -> str:
     """What a shard's pages were made from: the score cache's key (shard checksum, scorer) + renderer."""
-    with open(run.scores_path(shard)) as f:
-        key = json.loads(f.readline())
-    return json.dumps({"shard_sha256": key["shard_sha256"], "scorer": key["scorer"], "renderer": renderer})
+    return json.dumps({**cache_key(run, shard), "renderer": renderer})
 
 
 def write_transcripts(run: RunDir, reduction: Reduction) -> int:

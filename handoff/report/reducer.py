@@ -101,6 +101,13 @@ def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | N
         return [ScoredEpisode.model_validate_json(line) for line in f]
 
 
+def cache_key(run: RunDir, shard: str) -> dict:
+    """The key a reduced shard's cached scores were made under: the shard's checksum and the scorer."""
+    with open(run.scores_path(shard)) as f:
+        header = json.loads(f.readline())
+    return {"shard_sha256": header["shard_sha256"], "scorer": header["scorer"]}
+
+
 def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
     shard's header line is read then."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from tau2.data_model.simulation import Results
 from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 
+import handoff.report.render
+import handoff.scoring
 from handoff.cli import main
 from handoff.records import read_shard, write_shard
 from handoff.report import finish_run, reduce_run
@@ -106,6 +109,35 @@ def test_a_run_without_episodes_still_gets_its_files(tmp_path, monkeypatch):
     assert json.loads(paths["metrics"].read_text())["n_episodes"] == 0
     assert "No episodes yet" in paths["report_md"].read_text() and paths["report_html"].is_file()
     assert not any(name.startswith("plot_") for name in paths) and "wandb_errors" not in paths
+
+
+def _small_run(tmp_path, monkeypatch) -> Path:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    return write_run(tmp_path / "run", {"a": (1, Behavior())}, sample_tasks(1, ("airline",)), shard_size=4)
+
+
+def test_a_corrupt_stray_file_in_shards_does_not_fail_the_report(tmp_path, monkeypatch):
+    run = _small_run(tmp_path, monkeypatch)
+    (RunPaths(run).shards_dir / "notes.jsonl").write_bytes(b"\x00 not a shard\n")
+    paths = finish_run(run)
+    assert json.loads(paths["metrics"].read_text())["corrupt_shards"] == ["notes"]
+    assert "corrupt shards: notes" in paths["report_md"].read_text()
+
+
+def test_the_report_is_rewritten_when_the_scorer_or_the_report_code_changes(tmp_path, monkeypatch):
+    run, written = _small_run(tmp_path, monkeypatch), []
+    real = handoff.report.write_report
+    monkeypatch.setattr(handoff.report, "write_report", lambda *args: written.append(1) or real(*args))
+    finish_run(run)
+    finish_run(run)
+    assert len(written) == 1  # the same inputs: reused
+    monkeypatch.setattr(handoff.scoring, "rules_sha256", lambda: "an edited rule")  # the same metrics
+    finish_run(run)
+    assert len(written) == 2
+    source, read_bytes = Path(handoff.report.render.__file__), Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: read_bytes(p) + b"# edited" * (p == source))
+    finish_run(run)
+    assert len(written) == 3
 
 
 @pytest.mark.parametrize("argv, message", [
