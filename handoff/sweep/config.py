@@ -267,8 +267,10 @@ def secret_key(key: str) -> bool:
 
 def env_secrets() -> set[str]:
     """The values of the secret environment variables (e.g. OPENAI_API_KEY); not AUTH's, which names
-    settings too (RAY_AUTH_MODE=disabled, SSH_AUTH_SOCK)."""
-    return {v for k, v in os.environ.items() if SECRET_VALUE_ENV.search(k) and len(v) >= MIN_SECRET}
+    settings too (RAY_AUTH_MODE=disabled, SSH_AUTH_SOCK), nor a path (GOOGLE_APPLICATION_CREDENTIALS,
+    a key file's: a run directory under it is no secret)."""
+    return {v for k, v in os.environ.items()
+            if SECRET_VALUE_ENV.search(k) and len(v) >= MIN_SECRET and not v.startswith(("/", "~", "."))}
 
 
 def recorded_config(cfg: DictConfig) -> dict:

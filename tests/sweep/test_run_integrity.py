@@ -252,6 +252,7 @@ def test_header_keys_and_secret_values_are_redacted_under_any_key(monkeypatch):
     monkeypatch.setenv("HANDOFF_TEST_TOKEN", "short")  # too short to look for
     monkeypatch.setenv("HANDOFF_TEST_MODEL", "/models/checkpoint")  # not a secret's name
     monkeypatch.setenv("HANDOFF_TEST_AUTH_MODE", "disabled")  # a setting (as RAY_AUTH_MODE)
+    monkeypatch.setenv("HANDOFF_TEST_KEY_FILE", "/models/checkpoint")  # a key file's path: a secret's place, not its value
     headers = {"X-Api-Key": "k-literal-header", "authorization": "Bearer x", "api-key": "k", "X_Auth-Token": "t",
                "Content-Type": "application/json"}
     cfg = OmegaConf.create({
