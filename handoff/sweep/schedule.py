@@ -18,7 +18,8 @@ whose actor is dead for good, or whose load failed or ran past engine.load_timeo
 retired and a fresh slot (a new actor) takes its place for the next checkpoint that needs one,
 as `sequential` starts new engines for the next checkpoint. A checkpoint whose load failed on one
 slot is loaded on no further slot; the slots that hold it already go on serving it, and its queued
-shards fail only once no slot holds it.
+shards fail only once no slot holds it. A pinned slot serves on those of the user simulator's
+replicas that are alive, with its room shared out over them.
 """
 
 from __future__ import annotations
@@ -98,8 +99,17 @@ class Slot:
         return self.engines.replicas if self.pinned else [self.actor]
 
     def serving(self, alive: set | None) -> bool:
-        """Loading, or its replicas `alive` (actor ids; None: assume so)."""
-        return alive is None or self.loading is not None or all(r._actor_id in alive for r in self.replicas)
+        """Loading, or a replica of it `alive` (actor ids; None: assume so)."""
+        return alive is None or self.loading is not None or bool(self.live(alive))
+
+    def live(self, alive: set) -> list:
+        """Its replicas that are `alive`: a pinned slot serves on the user simulator's replicas that are
+        (one dead for good, or restarting, leaves the others serving)."""
+        return [r for r in self.replicas if r._actor_id in alive]
+
+    def room(self, alive: set) -> int:
+        """Episodes it may run at once now: its cap, shared out over its replicas alive."""
+        return math.ceil(self.cap * len(self.live(alive)) / len(self.replicas))
 
 
 @dataclass
@@ -182,15 +192,14 @@ class Rolling:
         self._move_free_slots(alive)
         out = []
         while len(out) < n:
-            open_slots = [s for s in self.slots if s.engines and s.loading is None and s.inflight < s.cap
-                          and self.work.queued(s.engines.checkpoint.name)
-                          and all(r._actor_id in alive for r in s.engines.replicas)]
+            open_slots = [s for s in self.slots if s.engines and s.loading is None and s.inflight < s.room(alive)
+                          and self.work.queued(s.engines.checkpoint.name)]
             if not open_slots:
                 break
             slot = min(open_slots, key=lambda s: s.inflight / s.cap)
             st, ep = self.work.pop(slot.engines.checkpoint.name)
             slot.inflight += 1
-            out.append((st, ep, slot.engines, slot))
+            out.append((st, ep, EngineRef(slot.engines.checkpoint, slot.live(alive)), slot))
         return out
 
     def requeue(self, st, ep) -> None:

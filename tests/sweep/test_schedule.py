@@ -5,7 +5,7 @@ batch limit and checkpoint check."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import defaultdict, deque
 from pathlib import Path
 
 import pytest
@@ -111,3 +111,29 @@ def test_replica_counts_the_turns_of_its_most_recent_sessions_only(tmp_path, mon
     asyncio.run(main())
     assert dict(host._turns) == {"s2": 1, "s3": 1, "s0": 3}
     assert {turn: c["requests"] for turn, c in host._served["a"]["agent"]["turns"].items()} == {"1": 4, "2": 1, "3": 1}
+
+
+def test_a_pinned_slot_serves_on_the_user_replicas_that_are_alive():
+    """Rolling, without Ray: a checkpoint served by the user simulator's two replicas (a pinned slot)
+    goes on with one of them down (restarting, or dead for good), at half its room and on that one
+    only. (Before: one replica down stopped the slot; with one dead for good its episodes waited
+    until the outage failed them.)"""
+    from types import SimpleNamespace
+
+    from handoff.sweep.schedule import Rolling
+    from handoff.sweep.worker import EngineRef
+
+    class Actor:
+        def __init__(self, name):
+            self._actor_id = name
+
+    ck, u1, u2 = SimpleNamespace(name="ck"), Actor("u1"), Actor("u2")
+    driver = SimpleNamespace(cfg=SimpleNamespace(engine=SimpleNamespace(replicas=2)), engine_sets=lambda: 1,
+                             _user_checkpoint=lambda: ck)  # every checkpoint shares the user's engines
+    queue = deque((SimpleNamespace(failed=False), SimpleNamespace(key=i)) for i in range(8))
+    rolling = Rolling(driver, [ck], {"ck": queue}, 2, {"ck": EngineRef(ck, [u1, u2])})
+    assert [s.pinned for s in rolling.slots] == [True]
+    taken = rolling.take(8, {"u2"})
+    assert len(taken) == 2 and all(ref.replicas == [u2] for _, _, ref, _ in taken)
+    assert rolling.take(8, set()) == [] and rolling.stranded({"u2"}) == []
+    assert len(rolling.take(8, {"u1", "u2"})) == 2  # both back: the slot's full room (2 x 2)
