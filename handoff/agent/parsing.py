@@ -6,6 +6,8 @@ decides what is a tool call. This module only classifies what it could not use, 
 - markup the parser could not decode stays in the text to the user: `unparsed_tool_call`;
 - a call to a tool the domain does not have: `unknown_tool` (tau2 answers it with an error);
 - arguments that are not a JSON object, or nothing at all: the turn is unusable.
+A call that decodes but would break what comes after (a lone surrogate such as `"\\ud800"`, which
+json accepts and UTF-8 cannot encode) counts as markup the parser could not decode.
 Arguments that break a known tool's signature are judged when the tool has answered
 (`rejected_calls`), as the rules define invalid_arguments: the tool rejected them.
 
@@ -65,6 +67,8 @@ class ToolCallParser:
         for index, call in enumerate(info.tool_calls):
             name, raw_arguments = call.function.name, call.function.arguments
             arguments = _json_or_none(raw_arguments)
+            if not all(map(_utf8, (name, raw_arguments, json.dumps(arguments, ensure_ascii=False)))):
+                return _as_text(text, "a lone surrogate in the tool call")
             if not isinstance(arguments, dict):
                 turn.unusable = FormatKind.INVALID_ARGUMENTS
                 turn.unusable_detail = f"{name}: arguments are not a JSON object: {raw_arguments[:200]}"
@@ -103,6 +107,14 @@ def _as_text(text: str, why: str) -> ParsedTurn:
 
 def _text_or_none(text: str | None) -> str | None:
     return text if text is not None and text.strip() else None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_or_none(raw: str):

@@ -212,6 +212,34 @@ def test_parser_classifies_without_raising():
     assert parser.parse("\n\n", "c").unusable.value == "empty_message"
 
 
+_LONE_SURROGATE = "\\ud800"  # a JSON escape json.loads accepts; the str it gives cannot be UTF-8 encoded
+HOSTILE_CALLS = {
+    "surrogate in a value": '<tool_call>{"name": "get_user_details", "arguments": {"user_id": "%s"}}</tool_call>',
+    "surrogate in a key": '<tool_call>{"name": "get_user_details", "arguments": {"%s": "x"}}</tool_call>',
+    "surrogate in the name": '<tool_call>{"name": "get_user%s", "arguments": {}}</tool_call>',
+    "surrogate as the arguments": '<tool_call>{"name": "get_user_details", "arguments": "%s"}</tool_call>',
+}
+HOSTILE_CALLS = {name: text % _LONE_SURROGATE for name, text in HOSTILE_CALLS.items()}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_CALLS))
+def test_hostile_tool_call_is_unparsed(name):
+    parser = ToolCallParser(chat().tokenizer, get_task_tools())
+    parsed = parser.parse("Checking. " + LOOKUP + HOSTILE_CALLS[name], "c")
+    assert parsed.tool_calls == [] and parsed.unusable is None
+    assert parsed.content == "Checking. " + LOOKUP + HOSTILE_CALLS[name]
+    assert [kind.value for kind, _ in parsed.events] == ["unparsed_tool_call"]
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_CALLS))
+def test_hostile_tool_call_episode_is_recorded_and_serialises(name):
+    result = run([HOSTILE_CALLS[name], "Sorry.", "Bye."], ["Hi.", "Ok.", "###STOP###"])
+    assert kinds(result) == [("unparsed_tool_call", 2)]
+    assert result.simulation.messages[2].tool_calls is None
+    data = result.to_record("m").model_dump_json().encode("utf-8")
+    EpisodeRecord.model_validate_json(data).simulation_run()
+
+
 def get_task_tools():
     from tau2.registry import registry
 
