@@ -7,7 +7,8 @@ decides what is a tool call. This module only classifies what it could not use, 
 - a call to a tool the domain does not have: `unknown_tool` (tau2 answers it with an error);
 - arguments that are not a JSON object, or nothing at all: the turn is unusable.
 A call that decodes but would break what comes after (a lone surrogate such as `"\\ud800"`, which
-json accepts and UTF-8 cannot encode) counts as markup the parser could not decode.
+json accepts and UTF-8 cannot encode; arguments nested deeper than MAX_ARGUMENT_DEPTH, on which
+json, pydantic and deepcopy recurse) counts as markup the parser could not decode.
 Arguments that break a known tool's signature are judged when the tool has answered
 (`rejected_calls`), as the rules define invalid_arguments: the tool rejected them.
 
@@ -29,6 +30,7 @@ from handoff.rules.events import FormatKind
 from handoff.rules.trajectory import Call
 
 TOOL_CALL_MARKUP = ("<tool_call>", "</tool_call>")
+MAX_ARGUMENT_DEPTH = 32  # the arguments object is level 1
 
 
 @dataclass
@@ -67,6 +69,8 @@ class ToolCallParser:
         for index, call in enumerate(info.tool_calls):
             name, raw_arguments = call.function.name, call.function.arguments
             arguments = _json_or_none(raw_arguments)
+            if _too_deep(arguments, MAX_ARGUMENT_DEPTH):
+                return _as_text(text, f"tool-call arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels")
             if not all(map(_utf8, (name, raw_arguments, json.dumps(arguments, ensure_ascii=False)))):
                 return _as_text(text, "a lone surrogate in the tool call")
             if not isinstance(arguments, dict):
@@ -117,10 +121,17 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def _too_deep(value, levels: int) -> bool:
+    if not isinstance(value, (dict, list)):
+        return False
+    children = value.values() if isinstance(value, dict) else value
+    return levels == 0 or any(_too_deep(child, levels - 1) for child in children)
+
+
 def _json_or_none(raw: str):
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 

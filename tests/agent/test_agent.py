@@ -212,6 +212,12 @@ def test_parser_classifies_without_raising():
     assert parser.parse("\n\n", "c").unusable.value == "empty_message"
 
 
+def _deep(levels: int) -> str:
+    """A call whose arguments object nests `levels` deep (the object itself is level 1)."""
+    inner = "[" * (levels - 1) + "]" * (levels - 1)
+    return '<tool_call>{"name": "get_user_details", "arguments": {"a": ' + inner + "}}</tool_call>"
+
+
 _LONE_SURROGATE = "\\ud800"  # a JSON escape json.loads accepts; the str it gives cannot be UTF-8 encoded
 HOSTILE_CALLS = {
     "surrogate in a value": '<tool_call>{"name": "get_user_details", "arguments": {"user_id": "%s"}}</tool_call>',
@@ -220,6 +226,7 @@ HOSTILE_CALLS = {
     "surrogate as the arguments": '<tool_call>{"name": "get_user_details", "arguments": "%s"}</tool_call>',
 }
 HOSTILE_CALLS = {name: text % _LONE_SURROGATE for name, text in HOSTILE_CALLS.items()}
+HOSTILE_CALLS |= {"arguments 33 deep": _deep(33), "arguments 900 deep": _deep(900)}
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_CALLS))
@@ -229,11 +236,13 @@ def test_hostile_tool_call_is_unparsed(name):
     assert parsed.tool_calls == [] and parsed.unusable is None
     assert parsed.content == "Checking. " + LOOKUP + HOSTILE_CALLS[name]
     assert [kind.value for kind, _ in parsed.events] == ["unparsed_tool_call"]
+    assert parser.parse(_deep(32), "c").tool_calls[0].arguments["a"][0]  # 32 levels are fine
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_CALLS))
 def test_hostile_tool_call_episode_is_recorded_and_serialises(name):
-    result = run([HOSTILE_CALLS[name], "Sorry.", "Bye."], ["Hi.", "Ok.", "###STOP###"])
+    long_enough = Sampling(max_tokens=1024)  # the 900 levels are ~930 tokens
+    result = run([HOSTILE_CALLS[name], "Sorry.", "Bye."], ["Hi.", "Ok.", "###STOP###"], agent_sampling=long_enough)
     assert kinds(result) == [("unparsed_tool_call", 2)]
     assert result.simulation.messages[2].tool_calls is None
     data = result.to_record("m").model_dump_json().encode("utf-8")
