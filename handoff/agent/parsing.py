@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -30,6 +31,7 @@ from handoff.rules.events import FormatKind
 from handoff.rules.trajectory import Call
 
 TOOL_CALL_MARKUP = ("<tool_call>", "</tool_call>")
+CALL_REGION = re.compile(r"<tool_call>.*?</tool_call>|<tool_call>.*", re.DOTALL)  # as the Hermes parser reads it
 MAX_ARGUMENT_DEPTH = 32  # the arguments object is level 1
 
 
@@ -65,7 +67,10 @@ class ToolCallParser:
             return _as_text(text, f"tool parser failed: {type(exc).__name__}: {exc}")
         if not info.tools_called:
             return _as_text(text, "tool-call markup the parser could not decode")
-        turn = ParsedTurn(content=_text_or_none(info.content))
+        # The parser keeps only the text before the first call; the text between and after is the
+        # user's too (and a tool call plus text is a multiple_actions_in_turn violation).
+        outside = CALL_REGION.sub("", text) if TOOL_CALL_MARKUP[0] in text else info.content
+        turn = ParsedTurn(content=_text_or_none(outside))
         for index, call in enumerate(info.tool_calls):
             name, raw_arguments = call.function.name, call.function.arguments
             arguments = _json_or_none(raw_arguments)

@@ -249,6 +249,26 @@ def test_hostile_tool_call_episode_is_recorded_and_serialises(name):
     EpisodeRecord.model_validate_json(data).simulation_run()
 
 
+def test_text_around_several_tool_calls_is_kept():
+    parser = ToolCallParser(chat().tokenizer, get_task_tools())
+    parsed = parser.parse("Before. " + LOOKUP + " Between. " + LOOKUP + " After.", "c")
+    assert [c.id for c in parsed.tool_calls] == ["c_0", "c_1"]
+    assert parsed.content == "Before.  Between.  After."
+    assert parser.parse(LOOKUP + "\n", "c").content is None
+
+
+def test_text_after_a_tool_call_is_a_multiple_actions_violation():
+    script = [LOOKUP + " Let me know!", LOOKUP + LOOKUP, "Done.", "Bye."]
+    result = run(script, USER_OK, agent_sampling=Sampling(max_tokens=256))
+    messages = result.simulation.messages
+    assert messages[2].content == " Let me know!" and len(messages[2].tool_calls) == 1
+    assert len(messages[4].tool_calls) == 2 and messages[4].content is None
+    score = Scorer("default").score(result.to_record("m")).score
+    assert [(v.rule.value, v.turn) for v in score.violations] == [
+        ("multiple_actions_in_turn", 2), ("multiple_actions_in_turn", 4)]
+    assert result.format_events == []
+
+
 def get_task_tools():
     from tau2.registry import registry
 
