@@ -7,6 +7,9 @@ to verl's `server_manager.generate` back on the event loop and waits for it. The
 context gives the output as it is: prompt ids (everything before the first generated token),
 response ids (generated tokens, mask 1; user and tool tokens in between, mask 0) and the reward of
 ADR-004, scored from the episode's record by handoff.scoring exactly as the reducer scores it.
+The episode's max_context_tokens is capped at rollout.max_model_len (when set); what does not fit
+rollout.prompt_length / response_length is cut, counted in extra_fields (prompt_tokens_cut,
+response_tokens_cut) and logged.
 
 Configuration (the trainer config's `handoff` section, all optional):
     handoff.episode: EpisodeSettings fields; handoff.user: UserSpec fields;
@@ -20,6 +23,7 @@ response); user.kind=litellm uses an API model.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from functools import partial
@@ -40,6 +44,7 @@ from handoff.engine.chat import ChatFormat
 from handoff.scoring import Scorer
 
 GENERATE_TIMEOUT_S = 600.0
+logger = logging.getLogger(__name__)
 
 
 class ServerManagerEngine:
@@ -88,6 +93,11 @@ class Tau2AgentLoop(AgentLoopBase):
         section = self.config.get("handoff") or {}
         section = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
         self.settings = EpisodeSettings(**section.get("episode", {}))
+        max_model_len = self.rollout_config.get("max_model_len")
+        if max_model_len and self.settings.max_context_tokens > max_model_len:
+            logger.warning("handoff.episode.max_context_tokens=%d capped at rollout.max_model_len=%d",
+                           self.settings.max_context_tokens, max_model_len)
+            self.settings = self.settings.model_copy(update={"max_context_tokens": max_model_len})
         self.user_spec = UserSpec(**section.get("user", {}))
         self.scorer = Scorer(section.get("reward", "default"), label_for=label_for)
         self.chat = chat or ChatFormat(self.tokenizer.name_or_path, section.get("chat_template"))
@@ -111,8 +121,14 @@ class Tau2AgentLoop(AgentLoopBase):
         ctx = result.agent_tokens
         start = ctx.mask.index(1) if 1 in ctx.mask else len(ctx.ids)
         end = start + self.response_length
+        prompt_ids = self._cap_text_prompt_length(ctx.ids[:start])
+        cut = {"prompt_tokens_cut": start - len(prompt_ids), "response_tokens_cut": max(0, len(ctx.ids) - end)}
+        if any(cut.values()):
+            logger.warning("%s task %s: cut %d prompt and %d response tokens (rollout.prompt_length=%d, "
+                           "response_length=%d)", result.domain, result.simulation.task_id, *cut.values(),
+                           self.rollout_config.prompt_length, self.response_length)
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(ctx.ids[:start]),
+            prompt_ids=prompt_ids,
             response_ids=ctx.ids[start:end],
             response_mask=ctx.mask[start:end],
             response_logprobs=ctx.logprobs[start:end] if with_logprobs else None,
@@ -127,6 +143,7 @@ class Tau2AgentLoop(AgentLoopBase):
                 "termination": score.termination_reason,
                 "format_events": [e.model_dump(mode="json") for e in result.format_events],
                 "simulation": result.simulation.model_dump(mode="json"),
+                **cut,
             },
         )
 

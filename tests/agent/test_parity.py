@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 from omegaconf import OmegaConf
+from tau2.data_model.simulation import SimulationRun
 
 from handoff.agent.finalize import termination_of
 from handoff.engine.base import Sampling
@@ -36,15 +37,21 @@ from handoff.agent.verl_loop import Tau2AgentLoop
 
 class ReplayServerManager:
     """The test double of verl's server manager: `generate` replays a ScriptedEngine and reports
-    like verl's AsyncLLMServerManager ("length" when the token budget ran out, else "completed")."""
+    like verl's AsyncLLMServerManager ("length" when the token budget ran out, else "completed").
+    Like verl's vLLM server, it refuses a prompt that leaves no room in max_model_len."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, max_model_len: int | None = None):
+        self.engine, self.max_model_len = engine, max_model_len
         self.requests = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
         self.requests.append((request_id, dict(sampling_params)))
-        g = self.engine.generate(prompt_ids, Sampling(max_tokens=sampling_params["max_tokens"]))
+        max_tokens = sampling_params["max_tokens"]
+        if self.max_model_len is not None:
+            if len(prompt_ids) >= self.max_model_len:
+                raise ValueError(f"Prompt length ({len(prompt_ids)}) leaves no room to generate")
+            max_tokens = min(max_tokens, self.max_model_len - len(prompt_ids))
+        g = self.engine.generate(prompt_ids, Sampling(max_tokens=max_tokens))
         return TokenOutput(token_ids=g.token_ids, stop_reason="length" if g.finish_reason == "length" else "completed")
 
 
@@ -52,12 +59,13 @@ def episode_settings(name: str) -> dict:
     return {"max_steps": 30, "agent_sampling": {"max_tokens": 64}, "max_context_tokens": max_context(name)}
 
 
-def run_agent_loop(name: str, agent_script, user_script, seed: int = 7):
+def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=None, **rollout_config):
+    rollout_config = {"prompt_length": 8192, "response_length": 8192, "max_model_len": None, **rollout_config}
     config = OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 8192}},
-        "handoff": {"episode": episode_settings(name), "reward": "default"},
+        "actor_rollout_ref": {"rollout": rollout_config},
+        "handoff": {"episode": {**episode_settings(name), **(episode or {})}, "reward": "default"},
     })
-    server = ReplayServerManager(scripted(agent_script))
+    server = ReplayServerManager(scripted(agent_script), rollout_config["max_model_len"])
 
     async def rollout():
         loop = Tau2AgentLoop(
@@ -84,8 +92,6 @@ def test_evaluation_and_training_run_the_same_episode(name, tmp_path):
     score = reduced.score
     trained, server = run_agent_loop(name, agent_script, user_script)
 
-    from tau2.data_model.simulation import SimulationRun
-
     sim = SimulationRun.model_validate(trained.extra_fields["simulation"])
     assert comparable(sim.messages) == comparable(evaluated.simulation.messages)
     assert sim.termination_reason == evaluated.simulation.termination_reason
@@ -99,6 +105,7 @@ def test_evaluation_and_training_run_the_same_episode(name, tmp_path):
     assert trained.prompt_ids + trained.response_ids == ctx.ids
     assert trained.response_mask == ctx.mask[len(trained.prompt_ids):]
     assert trained.num_turns == len(evaluated.simulation.messages)
+    assert (trained.extra_fields["prompt_tokens_cut"], trained.extra_fields["response_tokens_cut"]) == (0, 0)
     assert all(params["max_tokens"] <= 64 and params["temperature"] == 0.0 for _, params in server.requests)
 
 
@@ -122,6 +129,30 @@ def test_response_mask_marks_only_model_tokens():
     ones = [tok for tok, m in zip(trained.response_ids, trained.response_mask) if m == 1]
     assert ones == [tok for g in generated for tok in g]
     assert trained.response_mask[0] == 1 and 0 in trained.response_mask  # tool/user tokens in between
+
+
+def test_context_budget_is_capped_at_max_model_len():
+    # max_context_tokens 8192 on a server whose max_model_len is 5900: the episode ends as the
+    # evaluation's with max_context_tokens 5900, instead of on the server refusing the third prompt
+    agent_script, user_script = CASES["context overflow"]
+    evaluated = run(agent_script, user_script, max_context_tokens=5900)
+    trained, _ = run_agent_loop("context overflow", agent_script, user_script,
+                                episode={"max_context_tokens": 8192}, max_model_len=5900)
+    sim = SimulationRun.model_validate(trained.extra_fields["simulation"])
+    assert trained.extra_fields["termination"] == termination_of(evaluated.simulation) == "context_window_exceeded"
+    assert comparable(sim.messages) == comparable(evaluated.simulation.messages)
+    assert trained.prompt_ids + trained.response_ids == evaluated.agent_tokens.ids
+
+
+def test_cut_tokens_are_counted_and_logged(caplog):
+    full, _ = run_agent_loop("clean with transfer", *CASES["clean with transfer"])
+    with caplog.at_level("WARNING", logger="handoff.agent.verl_loop"):
+        cut, _ = run_agent_loop("clean with transfer", *CASES["clean with transfer"], prompt_length=1000,
+                                response_length=100)
+    assert cut.prompt_ids == full.prompt_ids[-1000:] and cut.response_ids == full.response_ids[:100]
+    prompt_cut, response_cut = len(full.prompt_ids) - 1000, len(full.response_ids) - 100
+    assert (cut.extra_fields["prompt_tokens_cut"], cut.extra_fields["response_tokens_cut"]) == (prompt_cut, response_cut)
+    assert f"cut {prompt_cut} prompt and {response_cut} response tokens" in caplog.text
 
 
 def test_registered_with_verl_under_its_name():
