@@ -248,6 +248,17 @@ class Driver:
             self.stop_engines(ref)
             raise
 
+    def _await_user(self, ref: EngineRef, pending: list[ShardState]) -> EngineRef | None:
+        """The user simulator's engines, loaded; when they do not start, every pending shard fails
+        with the reason (as a checkpoint's own engines do), and the sweep goes on to its report."""
+        try:
+            return self.await_engines(ref)
+        except Exception as exc:  # noqa: BLE001 - each shard records it
+            self.stop_engines(ref)
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            self.engine_not_started(f"the user simulator ({ref.checkpoint.name})", pending, error)
+            return None
+
     def stop_engines(self, ref: EngineRef | None) -> None:
         for replica in ref.replicas if ref else []:
             self.stop_engine(replica)
@@ -309,7 +320,8 @@ class Driver:
                 user_ref = self.launch_engines(user_ck, "user") if user_ck is not None else None
                 self.start_workers(missing)
                 self.wait_workers()  # they import tau2 while the engines load
-                user_ref = self.await_engines(user_ref) if user_ref is not None else None
+                user_ref = self._await_user(user_ref, pending) if user_ref is not None else None
+                pending = [st for st in pending if not st.failed]
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ck, user_ref, bar)
             for ck in self.ckpts if self.cfg.schedule == "sequential" else []:

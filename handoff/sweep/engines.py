@@ -56,6 +56,7 @@ class ScriptConfig(BaseModel):
     load_delay_s: float = 0.0
     turn_marker: str = "<|im_start|>assistant"
     fail_sessions: str | None = None  # regex: requests of matching sessions raise (a broken episode)
+    fail_load: str | None = None  # regex on "<role>/<checkpoint name>": a matching replica fails to load
     service_log: str | None = None
     # The agent shares the user simulator's replicas when the paths match, as vLLM engines do (each
     # request's role from its session id): the rolling schedule's pinned slots, for tests.
@@ -276,6 +277,8 @@ class EngineHost:
         if self.config.kind == "scripted":
             script = ScriptConfig.model_validate(self.config.script)
             await asyncio.sleep(script.load_delay_s)
+            if script.fail_load and re.search(script.fail_load, f"{self.role}/{self.checkpoint.name}"):
+                raise RuntimeError(f"scripted load failure of {self.role}/{self.checkpoint.name}")
             return ScriptedReplay(self.checkpoint, script, self.role, self.config.max_num_seqs)
         from handoff.engine.vllm_engine import AsyncVLLMEngine
 

@@ -279,3 +279,24 @@ def test_a_sweep_in_a_log_file_shows_plan_progress_and_the_engines_traceback(tmp
     served = json.loads((run_dir / "logs" / "engines.json").read_text())["served"]["smollm2-135m-instruct"]
     assert served["agent"]["requests"] >= 1 and served["user"]["requests"] >= 1
     assert len(terminal.splitlines()) <= 40, terminal
+
+
+@pytest.mark.ray
+def test_a_user_simulator_engine_that_does_not_start_fails_each_shard_with_the_reason(tmp_path):
+    """The user simulator's engine fails to load: each shard is recorded failed with the reason (its
+    traceback on the terminal), and the sweep ends with its summary and report, as when a
+    checkpoint's own engine does not start. (Before: the driver crashed with a traceback, exit 1 as
+    a bug, no shard recorded and no report.)"""
+    run_dir = tmp_path / "run"
+    args = [a for a in SCRIPTED if not a.startswith("engine.script.fail_sessions")]
+    proc = subprocess.run([sys.executable, "-m", "handoff.sweep", *args, "engine.script.fail_load='^user/'",
+                           f"run_dir={run_dir}"], capture_output=True, text=True, timeout=600)
+    terminal = proc.stdout + proc.stderr
+    assert proc.returncode == 1, terminal[-5000:]
+    assert "sweep default: 0/2 episodes" in terminal and "2 failed shard(s)" in terminal, terminal[-5000:]
+    assert "RuntimeError: scripted load failure of user/smollm2-135m-instruct" in terminal
+    failed = sorted(p.name for p in (run_dir / "failed").glob("*.json"))
+    assert failed == ["smollm2-135m-instruct__airline__t0__0000.json", "smollm2-135m-instruct__retail__t0__0000.json"]
+    error = json.loads((run_dir / "failed" / failed[0]).read_text())["error"]
+    assert error.startswith("engine for the user simulator (smollm2-135m-instruct) did not start: ")
+    assert "scripted load failure of user/smollm2-135m-instruct" in error
