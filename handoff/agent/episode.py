@@ -23,7 +23,7 @@ from tau2.utils.utils import get_now
 from handoff.agent.context import TokenContext
 from handoff.agent.finalize import Evaluate, finalize_simulation
 from handoff.agent.handoff_agent import AgentLog, HandoffAgent
-from handoff.agent.user import user_completion_tokens
+from handoff.agent.user import user_usage
 from handoff.engine.base import Engine, Sampling
 from handoff.records import EpisodeRecord, Usage
 from handoff.rules.events import FormatEvent
@@ -114,7 +114,7 @@ def run_episode(
         prompt_tokens=agent.log.prompt_tokens,
         completion_tokens=agent.log.completion_tokens,
         agent_turns=agent.log.turns,
-        user_completion_tokens=user_completion_tokens(user),
+        **user_usage(user),
     )
     return EpisodeResult(
         simulation=simulation,

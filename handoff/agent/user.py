@@ -43,6 +43,7 @@ class EngineUserSimulator(UserSimulator):
         self.max_context_tokens = max_context_tokens
         self.session_id = session_id
         self.completion_tokens = 0
+        self.truncated_turns = 0  # replies cut at sampling.max_tokens (the episode goes on with them)
 
     def set_seed(self, seed: int) -> None:
         self.sampling = self.sampling.model_copy(update={"seed": seed})
@@ -61,6 +62,7 @@ class EngineUserSimulator(UserSimulator):
         except ContextOverflowError as exc:
             raise UserError(f"user simulator: {exc}") from exc
         self.completion_tokens += len(generation.token_ids)
+        self.truncated_turns += generation.finish_reason == "length"
         text = completion_text(self.chat, generation.token_ids).strip()
         if not text:
             raise UserError("user simulator produced an empty message")
@@ -88,5 +90,8 @@ def make_user(
     return EngineUserSimulator(engine, chat, instructions, spec.sampling, spec.max_context_tokens, tools, session_id)
 
 
-def user_completion_tokens(user: BaseUser) -> int:
-    return getattr(user, "completion_tokens", 0)
+def user_usage(user: BaseUser) -> dict[str, int]:
+    """What the user simulator generated (an engine's; litellm's is not counted): tokens, and replies
+    cut at its max_tokens."""
+    return {"user_completion_tokens": getattr(user, "completion_tokens", 0),
+            "user_truncated_turns": getattr(user, "truncated_turns", 0)}

@@ -55,6 +55,15 @@ def test_tool_call_then_text_is_a_clean_episode():
     assert result.usage.agent_turns == 3 and result.usage.user_completion_tokens > 0
 
 
+def test_a_user_reply_cut_at_max_tokens_is_counted_in_the_record():
+    """The user simulator's reply cut at its max_tokens goes on as the user's message (tau2's way);
+    the record says how many were cut, instead of nothing."""
+    cut = Scripted(text="My user id is mia_li_3668 and I would like", truncated=True)
+    result = run([LOOKUP, "I found your profile. What can I do?", "Goodbye."], [USER_OK[0], cut, USER_OK[2]])
+    assert result.usage.user_truncated_turns == 1 and result.usage.user_completion_tokens > 0
+    assert run([LOOKUP, "I found your profile.", "Goodbye."], USER_OK).usage.user_truncated_turns == 0
+
+
 def test_prompts_grow_append_only_and_mask_marks_generated_tokens():
     agent = scripted([LOOKUP, "Done.", "Bye."])
     task = get_task("airline", "0")
