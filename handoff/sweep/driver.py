@@ -41,7 +41,7 @@ from handoff.sweep.engines import (
     one_engine,
     replica_options,
 )
-from handoff.sweep.logs import log_dir, plain, traceback_excerpt
+from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
@@ -572,11 +572,11 @@ class Driver:
         if not st.failed:
             st.failed = True
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
-            last = plain(error).strip().splitlines()[-1] if error.strip() else "unknown error"
+            last = (plain(error).strip() or "unknown error").splitlines()[-1]
             self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
-            excerpt = traceback_excerpt(error)
-            if excerpt and last not in self.tracebacks_shown:  # the driver's own copy: an actor's forwarded
-                self.tracebacks_shown.add(last)                # output may reach the terminal after the sweep ends
+            excerpt, key = traceback_excerpt(error), error_key(error)
+            if excerpt and key not in self.tracebacks_shown:  # the driver's own copy: an actor's forwarded
+                self.tracebacks_shown.add(key)                # output may reach the terminal after the sweep ends
                 self.bar.write(excerpt)
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:

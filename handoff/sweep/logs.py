@@ -23,9 +23,12 @@ from typing import TextIO
 
 LOGS = "logs"
 TAIL_LINES = 40  # of an actor's log, shown on the terminal with its failure
-TRACEBACK_LINES = 16  # of a failed shard's traceback, shown on the terminal by the driver
+TRACEBACK_LINES = 6  # of a failed shard's innermost traceback, on the terminal from the driver (more: failed/<id>.json)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TRACEBACK = "Traceback (most recent call last):"
+# Ray writes a remote traceback's header as the actor's call: "ray::EngineHost.generate() (pid=..., ...)"
+_TRACEBACK_START = re.compile(r"^Traceback \(most recent call last\):|ray::\S+\(\) \(pid=[^\n]*", re.MULTILINE)
+_IDS = re.compile(r"[0-9a-f]{8,}")
 
 
 def plain(text: str) -> str:
@@ -35,14 +38,23 @@ def plain(text: str) -> str:
 
 def traceback_excerpt(error: str, lines: int = TRACEBACK_LINES) -> str | None:
     """The innermost traceback in `error` (an episode's error as the driver records it, which for an
-    actor's failure holds the remote traceback), cut to its last `lines` lines; None when it has none."""
+    actor's failure holds the remote tracebacks, each headed by Ray with the actor's call), cut to its
+    last `lines` lines; None when it has none."""
     text = plain(error)
-    start = text.rfind(_TRACEBACK)
-    if start < 0:
+    starts = list(_TRACEBACK_START.finditer(text))
+    if not starts:
         return None
-    body = text[start + len(_TRACEBACK):].strip("\n").splitlines()
+    where = starts[-1].group(0)
+    head = _TRACEBACK if where == _TRACEBACK else f"{_TRACEBACK[:-1]}, in {where}:"
+    body = text[starts[-1].end():].strip("\n").splitlines()
     cut = ["  ..."] if len(body) > lines else []
-    return "\n".join([_TRACEBACK, *cut, *body[-lines:]])
+    return "\n".join([head, *cut, *body[-lines:]])
+
+
+def error_key(error: str) -> str:
+    """What tells one error from another: its last line, without ids (a request's uuid, an actor's)."""
+    last = plain(error).strip().splitlines()
+    return _IDS.sub("…", last[-1]) if last else ""
 
 
 def log_dir(run_root: str | Path, verbose: bool) -> str | None:

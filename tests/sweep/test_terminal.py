@@ -204,28 +204,35 @@ def test_verbose_leaves_the_output_on_the_terminal(tmp_path):
     assert "Traceback (most recent call last)" in proc.stderr and not list(tmp_path.iterdir())
 
 
-# an episode's error as the driver records it when the engine failed under the worker: Ray's coloured
-# actor names, the worker's traceback and, inside it, the engine's
-RAY_ERROR = ("ray.exceptions.RayTaskError(RuntimeError): \x1b[36mray::EpisodeWorker.run()\x1b[39m (pid=7)\n"
-             "Traceback (most recent call last):\n  File \"worker.py\", line 1, in run\n"
-             "ray.exceptions.RayTaskError(RuntimeError): \x1b[36mray::EngineHost.generate()\x1b[39m (pid=9)\n"
-             "Traceback (most recent call last):\n"
-             + "".join(f'  File "engine.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(20))
-             + "RuntimeError: scripted failure for user/ck/retail/0")
+def ray_error(request: str) -> str:
+    """An episode's error as the driver records it when the engine failed under the worker, in Ray's
+    own format (copied from a failed/*.json, Ray 2.60): Ray heads each remote traceback with the
+    actor's call, coloured, instead of "Traceback (most recent call last):"."""
+    header = "ray.exceptions.RayTaskError(RuntimeError): \x1b[36mray::{}\x1b[39m (pid={}, ip=192.0.2.2, actor_id={}, repr={})\n"
+    frames = "".join(f'  File "engine.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(20))
+    return (header.format("EpisodeWorker.run()", 19262, "1543c0b8235cead638868afd01000000", "<EpisodeWorker at 0x7f93>")
+            + '  File "/x/handoff/sweep/worker.py", line 69, in run\n    result = run_episode(...)\n'
+            + header.format("EngineHost.generate()", 19261, "0cc16a06ef33abc21835150501000000",
+                            "EngineHost(user: ck)")
+            + frames + f"RuntimeError: scripted failure for user/ck/retail/5/0/{request}")
 
 
 def test_the_traceback_excerpt_is_the_innermost_traceback_plain_and_cut():
-    from handoff.sweep.logs import TRACEBACK_LINES, plain, traceback_excerpt
+    from handoff.sweep.logs import TRACEBACK_LINES, error_key, plain, traceback_excerpt
 
-    excerpt = traceback_excerpt(RAY_ERROR)
+    excerpt = traceback_excerpt(ray_error("30e82deb30ac"))
     lines = excerpt.splitlines()
-    assert lines[0] == "Traceback (most recent call last):" and lines[1] == "  ..."
-    assert len(lines) == TRACEBACK_LINES + 2 and lines[-1] == "RuntimeError: scripted failure for user/ck/retail/0"
+    assert lines[0] == ("Traceback (most recent call last), in ray::EngineHost.generate() (pid=19261, "
+                        "ip=192.0.2.2, actor_id=0cc16a06ef33abc21835150501000000, repr=EngineHost(user: ck)):")
+    assert lines[1] == "  ..." and len(lines) == TRACEBACK_LINES + 2
+    assert lines[-1] == "RuntimeError: scripted failure for user/ck/retail/5/0/30e82deb30ac"
     assert "worker.py" not in excerpt and "\x1b[" not in excerpt
     assert traceback_excerpt("TimeoutError: episode took over 600 s") is None  # nothing to show
     short = traceback_excerpt("Traceback (most recent call last):\n  File \"x\", line 1\nValueError: v")
     assert short.splitlines() == ["Traceback (most recent call last):", '  File "x", line 1', "ValueError: v"]
     assert plain("\x1b[36mray::X\x1b[39m") == "ray::X"
+    assert error_key(ray_error("30e82deb30ac")) == error_key(ray_error("77aa01bc99de")) != error_key("ValueError: v")
+    assert error_key("\x1b[36m\x1b[39m") == ""
 
 
 def test_the_driver_shows_a_failed_shards_traceback_once_per_error(tmp_path):
@@ -241,13 +248,15 @@ def test_the_driver_shows_a_failed_shards_traceback_once_per_error(tmp_path):
     cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"]))
     d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False)
     d.bar.stream = stream = io.StringIO()
-    for i in range(3):
-        d._give_up(ShardState(SimpleNamespace(id=f"ck__retail__t0__000{i}"), {}), RAY_ERROR)
+    for i, request in enumerate(["30e82deb30ac", "77aa01bc99de", "0123456789ab"]):  # each request its own id
+        d._give_up(ShardState(SimpleNamespace(id=f"ck__retail__t0__000{i}"), {}), ray_error(request))
     d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0009"), {}), "TimeoutError: episode took too long")
+    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0010"), {}), "\x1b[36m\x1b[39m")
     out = stream.getvalue()
-    assert out.count("Traceback (most recent call last):") == 1 and "\x1b[" not in out
-    assert out.count("failed: RuntimeError: scripted failure for user/ck/retail/0") == 3
+    assert out.count("Traceback (most recent call last), in ray::EngineHost.generate()") == 1 and "\x1b[" not in out
+    assert out.count("failed: RuntimeError: scripted failure for user/ck/retail/5/0/") == 3
     assert "shard ck__retail__t0__0009 failed: TimeoutError: episode took too long" in out
+    assert "shard ck__retail__t0__0010 failed: unknown error" in out
 
 
 SCRIPTED = ["engine=scripted", "domain=[airline,retail]", "tasks.per_kind=null", "tasks.limit=1", "shard_size=1",
