@@ -294,6 +294,15 @@ def _service_lost(exc: BaseException | None) -> bool:
     return False
 
 
+def _teardown(wandb) -> None:
+    """wandb.teardown(), which with its service lost may raise the broken socket's error, or exit
+    the process with the service's exit code: the reducer's files are safe, the report must follow."""
+    try:
+        wandb.teardown()
+    except (Exception, SystemExit):  # noqa: BLE001 - the call's own error is reported
+        pass
+
+
 class _Logger:
     """Runs each logging call online first when asked; once one fails, it and the rest go offline.
     A call that lost wandb's service process is tried once more, with a new one."""
@@ -309,7 +318,7 @@ class _Logger:
             log(*args, mode=self.mode)
             return True
         except Exception as exc:  # noqa: BLE001 - reported; the reducer's files are already safe
-            wandb.teardown()  # frees the run id the failed run still holds, and a lost service
+            _teardown(wandb)  # frees the run id the failed run still holds, and a lost service
             if retry and _service_lost(exc):  # reported only if the new service fails too
                 return self(what, log, *args, retry=False)
             self.errors.append(_error(what, self.mode, exc))

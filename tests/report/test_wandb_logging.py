@@ -243,8 +243,19 @@ class MailboxClosedError(Exception):
     """What wandb raises when its service process went away (wandb.sdk.mailbox)."""
 
 
-def test_a_lost_wandb_service_is_tried_once_more_and_other_errors_are_not():
+@pytest.mark.parametrize("teardown_fails", [None, BrokenPipeError(32, "Broken pipe"), SystemExit(-9)])
+def test_a_lost_wandb_service_is_tried_once_more_and_other_errors_are_not(monkeypatch, teardown_fails):
+    """Also when wandb.teardown() itself fails as a lost service makes it: the broken socket's error, or
+    sys.exit with the dead service's exit code."""
+    import wandb
+
     from handoff.report.wandb_log import _Logger
+
+    def teardown():
+        if teardown_fails is not None:
+            raise teardown_fails
+
+    monkeypatch.setattr(wandb, "teardown", teardown)
 
     calls = []
 
