@@ -255,6 +255,7 @@ SECRET_KEY = re.compile(r"(?i)(^|_)(api_?key|access_?key|private_?key|secret(_?k
 recorded in the run directory or W&B with their value."""
 SECRET_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH")
 SECRET_VALUE_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
+PATH_ENV = re.compile(r"(?i)(FILE|PATH|DIR|CREDENTIALS)$")
 ENV_VAR = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 REDACTED = "<redacted>"
 MIN_SECRET = 8
@@ -266,11 +267,13 @@ def secret_key(key: str) -> bool:
 
 
 def env_secrets() -> set[str]:
-    """The values of the secret environment variables (e.g. OPENAI_API_KEY); not AUTH's, which names
-    settings too (RAY_AUTH_MODE=disabled, SSH_AUTH_SOCK), nor a path (GOOGLE_APPLICATION_CREDENTIALS,
-    a key file's: a run directory under it is no secret)."""
+    """The values of the secret environment variables (e.g. OPENAI_API_KEY), to be looked for anywhere.
+    Not what names a setting rather than holding one: AUTH's (RAY_AUTH_MODE=disabled, SSH_AUTH_SOCK),
+    a word (PIP_KEYRING_PROVIDER=disabled, POSTGRES_PASSWORD=postgres: `logger.mode=disabled` is no
+    secret) or a path (GOOGLE_APPLICATION_CREDENTIALS, *_KEY_FILE: a run directory under it is none)."""
     return {v for k, v in os.environ.items()
-            if SECRET_VALUE_ENV.search(k) and len(v) >= MIN_SECRET and not v.startswith(("/", "~", "."))}
+            if SECRET_VALUE_ENV.search(k) and len(v) >= MIN_SECRET and not v.isalpha()
+            and not (PATH_ENV.search(k) or os.path.exists(os.path.expanduser(v)))}
 
 
 def recorded_config(cfg: DictConfig) -> dict:

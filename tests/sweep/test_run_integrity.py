@@ -253,12 +253,15 @@ def test_header_keys_and_secret_values_are_redacted_under_any_key(monkeypatch):
     monkeypatch.setenv("HANDOFF_TEST_MODEL", "/models/checkpoint")  # not a secret's name
     monkeypatch.setenv("HANDOFF_TEST_AUTH_MODE", "disabled")  # a setting (as RAY_AUTH_MODE)
     monkeypatch.setenv("HANDOFF_TEST_KEY_FILE", "/models/checkpoint")  # a key file's path: a secret's place, not its value
+    monkeypatch.setenv("HANDOFF_TEST_KEYRING_PROVIDER", "disabled")  # a word: a setting (pip's), not a secret
+    monkeypatch.setenv("HANDOFF_TEST_SECRET", "/only-a-secret-of-slashes")  # a secret that starts with '/'
     headers = {"X-Api-Key": "k-literal-header", "authorization": "Bearer x", "api-key": "k", "X_Auth-Token": "t",
                "Content-Type": "application/json"}
     cfg = OmegaConf.create({
         "agent": {"llm_args": {"api_key": "${oc.env:HANDOFF_TEST_API_KEY}", "base_url": f"http://x/?key={secret}",
                                "extra_headers": headers}},
-        "user": {"llm_args": "${agent.llm_args}", "note": "${agent.llm_args.api_key}", "copy": "k-literal-header"},
+        "user": {"llm_args": "${agent.llm_args}", "note": "${agent.llm_args.api_key}", "copy": "k-literal-header",
+                 "proxy": "http://p/only-a-secret-of-slashes"},
         "model": {"path": "/models/checkpoint", "name": "short", "max_tokens": 64, "key_column": "task_id",
                   "mode": "disabled"}})
     hidden = {**{k: REDACTED for k in headers}, "Content-Type": "application/json"}
@@ -266,11 +269,11 @@ def test_header_keys_and_secret_values_are_redacted_under_any_key(monkeypatch):
     assert recorded["agent"] == {"llm_args": {"api_key": "${oc.env:HANDOFF_TEST_API_KEY}", "base_url": REDACTED,
                                               "extra_headers": hidden}}
     assert recorded["user"] == {"llm_args": {"api_key": REDACTED, "base_url": REDACTED, "extra_headers": hidden},
-                                "note": REDACTED, "copy": REDACTED}  # copies by interpolation and by hand
+                                "note": REDACTED, "copy": REDACTED, "proxy": REDACTED}  # copies by interpolation and by hand
     assert recorded["model"] == cfg.model and secret not in json.dumps(recorded)
     refused = literal_secrets(parse_overrides([f"+user.llm_args.base_url=http://x/{secret}", "+user.h.X-Auth-Token=t",
                                                "+user.llm_args.max_tokens=5", "+model.name=short",
-                                               "+logger.mode=disabled"]))
+                                               "+logger.mode=disabled", "+logger.tags=[disabled]"]))
     assert [r.split(":")[0] for r in refused] == ["user.llm_args.base_url", "user.h.X-Auth-Token"]
 
 
