@@ -240,7 +240,8 @@ class Rolling:
         """The earliest checkpoint with more queued episodes than its serving slots have room for (a
         slot whose replica is down leaves its checkpoint to the others)."""
         for ck in [c for c in self.ckpts if c.name not in self.unloadable]:
-            room = sum(s.cap for s in self.slots if s.holds == ck.name and s.serving(alive))
+            room = sum(s.room(alive) if s.pinned and alive is not None else s.cap for s in self.slots
+                       if s.holds == ck.name and s.serving(alive))  # a pinned slot's room shrinks with its replicas
             if self.work.queued(ck.name) > room:
                 return ck
         return None

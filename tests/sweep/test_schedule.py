@@ -137,3 +137,6 @@ def test_a_pinned_slot_serves_on_the_user_replicas_that_are_alive():
     assert len(taken) == 2 and all(ref.replicas == [u2] for _, _, ref, _ in taken)
     assert rolling.take(8, set()) == [] and rolling.stranded({"u2"}) == []
     assert len(rolling.take(8, {"u1", "u2"})) == 2  # both back: the slot's full room (2 x 2)
+    short = Rolling(driver, [ck], {"ck": deque(list(queue)[:3])}, 2, {"ck": EngineRef(ck, [u1, u2])})
+    assert short._target({"u1", "u2"}) is None  # room 4 for 3 queued: no other slot needed
+    assert short._target({"u2"}) is ck  # room 2 for 3 queued: a slot of its own would help
