@@ -28,7 +28,7 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     agent_turns: int = 0
     user_completion_tokens: int = 0
-    user_truncated_turns: int = 0  # user simulator replies cut at its max_tokens (user.sampling.max_tokens)
+    user_truncated_turns: int = 0  # user simulator replies cut (at user.sampling.max_tokens or its context's room)
 
 
 class EpisodeRecord(BaseModel):

@@ -43,7 +43,7 @@ class EngineUserSimulator(UserSimulator):
         self.max_context_tokens = max_context_tokens
         self.session_id = session_id
         self.completion_tokens = 0
-        self.truncated_turns = 0  # replies cut at sampling.max_tokens (the episode goes on with them)
+        self.truncated_turns = 0  # replies cut at max_tokens or the context's room (the episode goes on with them)
 
     def set_seed(self, seed: int) -> None:
         self.sampling = self.sampling.model_copy(update={"seed": seed})
