@@ -83,6 +83,17 @@ class ServerManagerEngine:
         return "stop"
 
 
+def _capped(spec, section: str, max_model_len: int | None):
+    """`spec` (EpisodeSettings or UserSpec) with max_context_tokens at most verl's max_model_len: a
+    longer prompt is refused by verl's server (a failed rollout) instead of ending the episode as
+    context_window_exceeded (user_error for the user simulator)."""
+    if not max_model_len or spec.max_context_tokens <= max_model_len:
+        return spec
+    logger.warning("handoff.%s.max_context_tokens=%d capped at rollout.max_model_len=%d", section,
+                   spec.max_context_tokens, max_model_len)
+    return spec.model_copy(update={"max_context_tokens": max_model_len})
+
+
 @register("tau2_handoff")
 class Tau2AgentLoop(AgentLoopBase):
     """One tau2 episode per sample. `chat` (a ChatFormat over verl's tokenizer), `user_engine`
@@ -92,13 +103,11 @@ class Tau2AgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         section = self.config.get("handoff") or {}
         section = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
-        self.settings = EpisodeSettings(**section.get("episode", {}))
         max_model_len = self.rollout_config.get("max_model_len")
-        if max_model_len and self.settings.max_context_tokens > max_model_len:
-            logger.warning("handoff.episode.max_context_tokens=%d capped at rollout.max_model_len=%d",
-                           self.settings.max_context_tokens, max_model_len)
-            self.settings = self.settings.model_copy(update={"max_context_tokens": max_model_len})
+        self.settings = _capped(EpisodeSettings(**section.get("episode", {})), "episode", max_model_len)
         self.user_spec = UserSpec(**section.get("user", {}))
+        if user_engine is None:  # the user simulator generates on verl's servers too
+            self.user_spec = _capped(self.user_spec, "user", max_model_len)
         self.scorer = Scorer(section.get("reward", "default"), label_for=label_for)
         self.chat = chat or ChatFormat(self.tokenizer.name_or_path, section.get("chat_template"))
         _ = self.chat.tokenizer  # load it here: episodes run in worker threads, loading is not thread-safe

@@ -144,6 +144,20 @@ def test_context_budget_is_capped_at_max_model_len():
     assert trained.prompt_ids + trained.response_ids == evaluated.agent_tokens.ids
 
 
+@pytest.mark.parametrize("own_user_engine", [False, True])
+def test_the_user_simulators_budget_is_capped_when_it_runs_on_verls_servers(own_user_engine, caplog):
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 8192,
+                                                                 "max_model_len": 5900}},
+                               "handoff": {"user": {"max_context_tokens": 8192}}})
+    with caplog.at_level("WARNING", logger="handoff.agent.verl_loop"):
+        loop = Tau2AgentLoop(trainer_config=agent_loop.DictConfigWrap(config), server_manager=None,
+                             tokenizer=chat().tokenizer, processor=None, dataset_cls=None,
+                             data_config=agent_loop.DictConfigWrap(OmegaConf.create({})), chat=chat(),
+                             user_engine=scripted([]) if own_user_engine else None)
+    assert loop.user_spec.max_context_tokens == (8192 if own_user_engine else 5900)
+    assert ("handoff.user.max_context_tokens=8192 capped" in caplog.text) is not own_user_engine
+
+
 def test_cut_tokens_are_counted_and_logged(caplog):
     full, _ = run_agent_loop("clean with transfer", *CASES["clean with transfer"])
     with caplog.at_level("WARNING", logger="handoff.agent.verl_loop"):
