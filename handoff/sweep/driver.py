@@ -255,8 +255,7 @@ class Driver:
             return self.await_engines(ref)
         except Exception as exc:  # noqa: BLE001 - each shard records it
             self.stop_engines(ref)
-            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            self.engine_not_started(f"the user simulator ({ref.checkpoint.name})", pending, error)
+            self.engine_not_started(f"the user simulator ({ref.checkpoint.name})", pending, exc)
             return None
 
     def stop_engines(self, ref: EngineRef | None) -> None:
