@@ -71,6 +71,8 @@ class ToolCallParser:
         # user's too (and a tool call plus text is a multiple_actions_in_turn violation).
         outside = CALL_REGION.sub("", text) if TOOL_CALL_MARKUP[0] in text else info.content
         turn = ParsedTurn(content=_text_or_none(outside))
+        if has_tool_call_markup(outside):  # a stray tag beside the calls (`...</tool_call></tool_call>`)
+            turn.events.append((FormatKind.UNPARSED_TOOL_CALL, "tool-call markup outside the calls"))
         for index, call in enumerate(info.tool_calls):
             name, raw_arguments = call.function.name, call.function.arguments
             arguments = _json_or_none(raw_arguments)

@@ -266,6 +266,15 @@ def test_text_around_several_tool_calls_is_kept():
     assert parser.parse(LOOKUP + "\n", "c").content is None
 
 
+def test_stray_markup_beside_a_decoded_call_is_recorded():
+    parser = ToolCallParser(chat().tokenizer, get_task_tools())
+    for text in (LOOKUP + "</tool_call>", "</tool_call>" + LOOKUP, LOOKUP + " </tool_call> Done."):
+        parsed = parser.parse(text, "c")
+        assert [c.name for c in parsed.tool_calls] == ["get_user_details"], text
+        assert [kind.value for kind, _ in parsed.events] == ["unparsed_tool_call"], text
+    assert parser.parse(LOOKUP + " Done.", "c").events == []
+
+
 def test_text_after_a_tool_call_is_a_multiple_actions_violation():
     script = [LOOKUP + " Let me know!", LOOKUP + LOOKUP, "Done.", "Bye."]
     result = run(script, USER_OK, agent_sampling=Sampling(max_tokens=256))
