@@ -570,8 +570,9 @@ class Driver:
     def _give_up(self, st: ShardState, error: str) -> None:
         if not st.failed:
             st.failed = True
+            error = plain(error)  # Ray colours the actor names in its errors: no escape codes in failed/*.json
             self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
-            last = (plain(error).strip() or "unknown error").splitlines()[-1]
+            last = (error.strip() or "unknown error").splitlines()[-1]
             self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
             excerpt, key = traceback_excerpt(error), error_key(error)
             if excerpt and key not in self.tracebacks_shown:  # the driver's own copy: an actor's forwarded

@@ -141,6 +141,7 @@ def test_failing_shard_is_recorded_and_the_sweep_goes_on(ray_cluster, tmp_path):
     assert summary.shards_failed == ["smollm2-135m-instruct__retail__t0__0000"]
     failed = json.loads(RunPaths(run_dir).failed_path(summary.shards_failed[0]).read_text())
     assert "scripted failure" in failed["error"] and failed["attempts"] == 3
+    assert "ray::EngineHost.generate()" in failed["error"] and "\x1b[" not in failed["error"]  # Ray's, uncoloured
     assert summary.episode_failures == 3
     done = RunPaths(run_dir).shard_path("smollm2-135m-instruct__retail__t1__0000")  # ... but trial 1 runs
     assert len(read_shard(done)) == 1
