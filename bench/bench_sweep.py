@@ -25,10 +25,12 @@ the work directory) for that long once it is serving (past PROFILE_AFTER_CPU_S o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,8 +108,24 @@ def top_frames(collapsed: Path, n: int = 15) -> list[tuple[str, float]]:
     return [(frame, round(c / max(1, total), 3)) for frame, c in best]
 
 
+def stop_tree(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """Interrupt the sweep (its driver shuts down the Ray cluster it started), then kill what is left."""
+    import psutil
+
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if "handoff.sweep" in " ".join(p.cmdline()):
+                p.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    for p in [*tree, psutil.Process(proc.pid)] if proc.poll() is None else tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
 def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
-            profile_s: float | None = None) -> dict:
+            profile_s: float | None = None, limit_s: float | None = None) -> dict:
     run_dir = work / f"run{index}"
     cmd = [sys.executable, "-m", "handoff.sweep", *overrides, f"run_dir={run_dir}"]
     out_path = work / f"terminal{index}.txt"
@@ -123,7 +141,12 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
         collapsed = work / f"engine-core{index}.txt"
         sampler = TreeSampler(proc.pid, (profile_s, collapsed) if profile_s else None)
         sampler.start()
-        code = proc.wait()
+        try:
+            code = proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:  # --limit: a run that collapsed is stopped and recorded as such
+            code = None
+            stop_tree(proc)
+            proc.wait()
     wall = time.monotonic() - started
     sampler.done.set()
     sampler.join()
@@ -135,8 +158,10 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
         text = text.split("\n", 1)[1].rsplit("\nScript done", 1)[0] + "\n"
     summary = re.search(r"(\d+)/(\d+) episodes in (\d+)s", text)
     engines = run_dir / "logs" / "engines.json"
+    progress = [line for line in re.split(r"[\r\n]", text) if "requests" in line]
     return {
-        "exit": code, "wall_s": round(wall, 1), "sweep_s": int(summary[3]) if summary else None,
+        "exit": code, "stopped_at_limit_s": limit_s if code is None else None,
+        "last_progress": progress[-1].strip() if progress else None, "wall_s": round(wall, 1), "sweep_s": int(summary[3]) if summary else None,
         "episodes": f"{summary[1]}/{summary[2]}" if summary else None,
         "cpu_s": sampler.by_kind(), "terminal_lines": text.count("\n"), "carriage_returns": text.count("\r"),
         "load_average": {"start": load0[0], "end": os.getloadavg()[0],
@@ -156,6 +181,7 @@ def main() -> None:
                     "lets any other work on the machine take the engine's CPU)")
     ap.add_argument("--work", help="where the runs and terminal captures go (default: a temporary directory)")
     ap.add_argument("--profile", type=float, metavar="SECONDS")
+    ap.add_argument("--limit", type=float, metavar="SECONDS", help="stop a run after this long (recorded as stopped)")
     ap.add_argument("--out")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
@@ -170,7 +196,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     runs = []
     for i in range(args.runs):
-        runs.append(one_run(args.overrides, not args.no_tty, env, work, i, args.profile))
+        runs.append(one_run(args.overrides, not args.no_tty, env, work, i, args.profile, args.limit))
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     from bench.common import report
 
