@@ -34,6 +34,15 @@ def choose_dtype(requested: str, flags: dict[str, bool]) -> tuple[str, str]:
     return "float32", "this CPU lacks AVX512-BF16 and AMX: bfloat16 would be emulated"
 
 
+def local_threads(cores: int, engines: int) -> int | None:
+    """engine.threads when none is set, for `engines` CPU engine processes (replicas x tensor-parallel
+    workers, all engine sets) on the embedded cluster of a machine with `cores` cores: vLLM binds one
+    thread per core but one (kept for its scheduler), which leaves a 2-core machine one thread; there
+    one engine computes on every core, unbound (the default sweep ran 1.3x faster, docs/benchmarks.md).
+    None: vLLM's binding (more cores, or more engines to share them)."""
+    return cores if cores <= 2 and engines == 1 else None
+
+
 def kernel_flags() -> dict[str, bool]:
     """FLAGS as vLLM-CPU's kernels see them (torch's CPUID checks, on every OS)."""
     import torch

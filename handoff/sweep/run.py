@@ -252,18 +252,30 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
 
 def _execute(prepared: Prepared, progress: bool) -> Summary:
     driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+    cluster = prepared.sweep.cluster
+    local = not cluster.address and not _ray_initialized()
+    if local:
+        _local_engine_threads(prepared.sweep.engine, driver.engine_sets())
     if progress:
         print_plan(prepared, driver)
     if not driver.pending:
         return driver.summary()
-    cluster = prepared.sweep.cluster
-    local = not cluster.address and not _ray_initialized()
     if not cluster.address:  # an embedded cluster: its size is known before it starts
         check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
     preflight.before_ray(prepared.sweep, local)
     with ray_cluster(cluster, prepared.sweep.verbose):
         serve_merged(driver, prepared.sweep, local)
         return driver.execute()
+
+
+def _local_engine_threads(engine, engine_sets: int) -> None:
+    """engine.threads, when unset, for a CPU engine on the embedded cluster (this machine's cores:
+    handoff.engine.cpu.local_threads). An execution key: the run's recorded config keeps it unset."""
+    from handoff.engine.cpu import local_threads
+
+    if engine.kind == "vllm" and engine.device == "cpu" and engine.threads is None:
+        engine.threads = local_threads(len(os.sched_getaffinity(0)),
+                                       engine_sets * engine.replicas * engine.tensor_parallel_size)
 
 
 def print_plan(prepared: Prepared, driver: Driver) -> None:

@@ -1,11 +1,12 @@
 """The engine's dtype from the CPU's flags (handoff.engine.cpu): float32 where bfloat16 would be emulated
-(no AVX512-BF16, no AMX), the checkpoint's own dtype where it is native; an explicit engine.dtype wins."""
+(no AVX512-BF16, no AMX), the checkpoint's own dtype where it is native; an explicit engine.dtype wins.
+Its threads on the embedded cluster from the machine's cores."""
 
 from __future__ import annotations
 
 import pytest
 
-from handoff.engine.cpu import FLAGS, choose_dtype, cpu_model, proc_flags
+from handoff.engine.cpu import FLAGS, choose_dtype, cpu_model, local_threads, proc_flags
 from handoff.engine.vllm_engine import EngineSettings
 
 # /proc/cpuinfo excerpts: an AVX2-only AMD EPYC (Zen 2/3), an AMD EPYC with AVX512-BF16 (Zen 4), a Sapphire Rapids Xeon.
@@ -44,3 +45,27 @@ def test_flags_and_model_from_cpuinfo():
 def test_a_gpu_engine_keeps_its_dtype_whatever_the_cpu():
     settings = EngineSettings(model="/m", device="gpu")
     assert settings.resolved_dtype() == ("auto", "engine.dtype=auto")
+
+
+@pytest.mark.parametrize(("cores", "engines", "threads"), [(2, 1, 2), (1, 1, 1), (2, 2, None), (4, 1, None)])
+def test_one_engine_on_a_two_core_machine_computes_on_both_cores(cores, engines, threads):
+    """vLLM's binding keeps a core for its scheduler: one thread on 2 cores. There a lone engine gets
+    every core, unbound; with more cores, or more engines to share them, vLLM's binding stays."""
+    assert local_threads(cores, engines) == threads
+
+
+def test_the_embedded_clusters_engine_threads_come_from_this_machine(tmp_path, monkeypatch):
+    from handoff.sweep.config import validate
+    from handoff.sweep.run import _local_engine_threads, compose
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+
+    def threads(*overrides: str) -> int | None:
+        engine = validate(compose([f"run_dir={tmp_path}/run", *overrides]), check_paths=False).engine
+        _local_engine_threads(engine, engine_sets=1)
+        return engine.threads
+
+    assert threads() == 2  # the default sweep: engine=cpu, one engine set
+    assert threads("engine.threads=1") == 1  # as given
+    assert threads("engine.replicas=2") is None and threads("engine.tensor_parallel_size=2") is None
+    assert threads("engine=scripted") is None

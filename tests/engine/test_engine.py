@@ -171,6 +171,18 @@ def test_engine_env_for_cpu_and_gpu():
     assert engine_env(EngineSettings(model="m", device="gpu", tensor_parallel_size=2)) == {}
 
 
+def test_unbound_engine_threads_sleep_at_barriers(monkeypatch):
+    """Two or more unbound threads wait passively (a spinning thread holds the core a preempted one
+    needs: docs/benchmarks.md); one thread, or vLLM's binding, leaves OpenMP's default; the user's wins."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    two = engine_env(EngineSettings(model="m", device="cpu", threads=2))
+    assert (two["OMP_NUM_THREADS"], two["VLLM_CPU_OMP_THREADS_BIND"], two["OMP_WAIT_POLICY"]) == ("2", "nobind", "PASSIVE")
+    assert "OMP_WAIT_POLICY" not in engine_env(EngineSettings(model="m", device="cpu", threads=1))
+    assert "OMP_WAIT_POLICY" not in engine_env(EngineSettings(model="m", device="cpu"))
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert engine_env(EngineSettings(model="m", device="cpu", threads=2))["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 def test_engine_settings_reject_unknown_fields():
     with pytest.raises(ValueError):
         EngineSettings(model="m", max_len=10)
