@@ -119,9 +119,11 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
                 p.send_signal(signal.SIGINT)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    for p in [*tree, psutil.Process(proc.pid)] if proc.poll() is None else tree:
+    for p in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
+    if proc.poll() is None:
+        proc.kill()
 
 
 def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
@@ -161,7 +163,8 @@ def one_run(overrides: list[str], tty: bool, env: dict, work: Path, index: int,
     progress = [line for line in re.split(r"[\r\n]", text) if "requests" in line]
     return {
         "exit": code, "stopped_at_limit_s": limit_s if code is None else None,
-        "last_progress": progress[-1].strip() if progress else None, "wall_s": round(wall, 1), "sweep_s": int(summary[3]) if summary else None,
+        "last_progress": progress[-1].strip() if progress else None,
+        "wall_s": round(wall, 1), "sweep_s": int(summary[3]) if summary else None,
         "episodes": f"{summary[1]}/{summary[2]}" if summary else None,
         "cpu_s": sampler.by_kind(), "terminal_lines": text.count("\n"), "carriage_returns": text.count("\r"),
         "load_average": {"start": load0[0], "end": os.getloadavg()[0],

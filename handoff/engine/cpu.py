@@ -38,7 +38,8 @@ def local_threads(cores: int, engines: int) -> int | None:
     """engine.threads when none is set, for `engines` CPU engine processes (replicas x tensor-parallel
     workers, all engine sets) on the embedded cluster of a machine with `cores` cores: vLLM binds one
     thread per core but one (kept for its scheduler), which leaves a 2-core machine one thread; there
-    one engine computes on every core, unbound (the default sweep ran 1.6x faster with AVX2 emulated, docs/benchmarks.md).
+    one engine computes on every core, unbound (the default sweep ran 1.6x faster with AVX2 emulated:
+    docs/benchmarks.md).
     None: vLLM's binding (more cores, or more engines to share them)."""
     return cores if cores <= 2 and engines == 1 else None
 

@@ -122,9 +122,10 @@ def build_problem(device: str) -> str | None:
 
 
 # How two or more unbound engine threads wait for each other at every OpenMP barrier: sleeping, not
-# spinning, so that a thread the OS preempted for another process gets a core back at once. Beside one CPU-bound process, the default sweep with 2 spinning threads (libgomp's
-# default) served 26 of its ~40 requests in 8 minutes; with 2 passive threads it took 195 s, with 1
-# thread 133 s. On an idle machine passive waiting gives up part of the 2 threads' gain (docs/benchmarks.md).
+# spinning, so that a thread the OS preempted for another process gets a core back at once. Beside
+# one CPU-bound process, the default sweep with 2 spinning threads (libgomp's default) served 26 of
+# its ~40 requests in 8 minutes; with 2 passive threads it took 195 s, with 1 thread 133 s. On an
+# idle machine passive waiting gives up part of the 2 threads' gain (docs/benchmarks.md).
 WAIT_POLICY = "PASSIVE"
 
 
@@ -137,7 +138,7 @@ def engine_env(settings: EngineSettings) -> dict[str, str]:
     # with TP > 1 the threads stay unbound (the OS schedules them on the cores Ray's reservation counts).
     unbound = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"} if settings.tensor_parallel_size > 1 else {}
     threads = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(settings.threads)} if settings.threads else {}
-    if (settings.threads or 1) > 1:
+    if settings.threads and settings.threads > 1:
         threads["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", WAIT_POLICY)
     return unbound | threads | {
         "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),  # default would reserve ~9 GiB
