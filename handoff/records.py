@@ -5,6 +5,10 @@ and the tau2 export. A shard is a JSON-lines file: a header line (shard id, reco
 the body) followed by one EpisodeRecord per line. It appears under its final name only once it is
 complete (write to a temporary file, fsync, rename), so a crash never leaves a half shard behind,
 and a shard whose body does not match its checksum is reported as corrupt, never read.
+
+The header's `schema_version` (SHARD_SCHEMA_VERSION) names the format; a header without one was
+written before the field and is version 1. A shard of a newer version is refused, never guessed at
+(docs/sweep.md, "Format versions").
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from pydantic import BaseModel, Field
 
 from handoff.errors import HandoffError
 from handoff.rules.events import FormatEvent
+
+SHARD_SCHEMA_VERSION = 1
+"""1: a header line (shard_id, n, sha256) and one EpisodeRecord per line (headers from before the
+field have no schema_version and are version 1 too). Tests: tests/golden/shard-v*.jsonl."""
 
 
 class Usage(BaseModel):
@@ -57,6 +65,11 @@ class EpisodeRecord(BaseModel):
 
 class CorruptShard(HandoffError):
     """A shard file that cannot be trusted (bad header, wrong count or checksum)."""
+
+
+class NewerShard(HandoffError):
+    """A shard written by a newer handoff (its schema_version is above SHARD_SCHEMA_VERSION). Not
+    corrupt: nothing may move it aside or rerun it; the run needs the newer handoff."""
 
 
 def _body(records: Iterable[EpisodeRecord]) -> bytes:
@@ -96,7 +109,8 @@ def write_atomic(path: Path, data: bytes | str) -> None:
 def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
     """Write records atomically: the shard exists complete under `path` or not at all."""
     body = _body(records)
-    header = {"shard_id": shard_id, "n": len(records), "sha256": hashlib.sha256(body).hexdigest()}
+    header = {"schema_version": SHARD_SCHEMA_VERSION, "shard_id": shard_id, "n": len(records),
+              "sha256": hashlib.sha256(body).hexdigest()}
     write_atomic(path, json.dumps(header).encode() + b"\n" + body)
 
 
@@ -109,9 +123,14 @@ def _parse_header(path: Path, line: bytes) -> dict:
     try:
         header = json.loads(line)
         assert {"shard_id", "n", "sha256"} <= header.keys()
-        return header
+        version = header.get("schema_version", 1)
+        assert isinstance(version, int) and version >= 1
     except Exception as exc:
         raise CorruptShard(f"{path}: unreadable shard header") from exc
+    if version > SHARD_SCHEMA_VERSION:
+        raise NewerShard(f"{path}: shard schema_version {version} is unknown to this handoff (it reads 1 to "
+                         f"{SHARD_SCHEMA_VERSION}): a run written by a newer handoff needs that handoff")
+    return header
 
 
 def read_shard(path: Path) -> list[EpisodeRecord]:

@@ -35,9 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from handoff.errors import HandoffError
 from handoff.records import write_atomic
 
-MANIFEST_VERSION = 3
-"""1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
-Manifest with its version; 3: checkpoint_content (a resume refuses a checkpoint re-saved since)."""
+MANIFEST_VERSION = 4
+"""manifest.json's schema_version. 1: manifests written before the version field (older ones also
+lack run_uuid); 2: a typed Manifest with its `version`; 3: checkpoint_content (a resume refuses a
+checkpoint re-saved since); 4: `version` is named `schema_version`, as in the shard header. Every
+version reads; a newer one is refused (docs/sweep.md, "Format versions"; tests/golden/manifest-v*)."""
 
 
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -62,7 +64,7 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: int = MANIFEST_VERSION
+    schema_version: int = MANIFEST_VERSION
     run_uuid: str = Field(default_factory=lambda: uuid.uuid4().hex,
                           description="made when the run directory is created; W&B run ids derive from it")
     name: str = ""
@@ -81,23 +83,25 @@ class Manifest(BaseModel):
 
     @model_validator(mode="after")
     def _known_version(self) -> "Manifest":
-        if not 1 <= self.version <= MANIFEST_VERSION:
-            raise ValueError(f"manifest version {self.version} is unknown to this handoff "
-                             f"(it reads versions 1 to {MANIFEST_VERSION})")
+        if not 1 <= self.schema_version <= MANIFEST_VERSION:
+            raise ValueError(f"manifest schema_version {self.schema_version} is unknown to this handoff (it reads "
+                             f"1 to {MANIFEST_VERSION}): a run written by a newer handoff needs that handoff")
         for shard in self.shards:
             checked_id(shard.get("id"))
         return self
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Manifest":
-        """Parse a manifest file's content. A version-1 manifest without run_uuid gets the sha256 of
-        the file: stable across reads (the file is never rewritten), and the W&B run ids of such runs
-        were always derived from it."""
+        """Parse a manifest file's content. Versions 2 and 3 name their version `version`; a version-1
+        manifest has none, and without run_uuid gets the sha256 of the file: stable across reads (the
+        file is never rewritten), and the W&B run ids of such runs were always derived from it."""
         raw = text.encode() if isinstance(text, str) else text
         data = json.loads(raw)
-        if isinstance(data, dict) and "version" not in data:
-            data = {**data, "version": 1}
-            data.setdefault("run_uuid", hashlib.sha256(raw).hexdigest())
+        if isinstance(data, dict) and "schema_version" not in data:
+            data = dict(data)
+            data["schema_version"] = data.pop("version", 1)
+            if data["schema_version"] == 1:
+                data.setdefault("run_uuid", hashlib.sha256(raw).hexdigest())
         return cls.model_validate(data)
 
     @property

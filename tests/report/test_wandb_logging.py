@@ -228,9 +228,9 @@ def test_runs_from_before_the_manifest_version_keep_their_wandb_run_ids(tmp_path
     the file, from which W&B run ids were derived before the manifest was typed."""
     run = write_run(tmp_path / "sweep", {"c": (1, Behavior())}, {"retail": tasks["retail"][:1]})
     manifest = json.loads(RunPaths(run).manifest_path.read_text())
-    del manifest["version"]
+    del manifest["schema_version"]
     RunPaths(run).manifest_path.write_text(json.dumps(manifest))
-    assert RunDir(run).manifest.version == 1 and RunDir(run).manifest.run_uuid == manifest["run_uuid"]
+    assert RunDir(run).manifest.schema_version == 1 and RunDir(run).manifest.run_uuid == manifest["run_uuid"]
     del manifest["run_uuid"]
     RunPaths(run).manifest_path.write_text(json.dumps(manifest))
     digest = hashlib.sha256(RunPaths(run).manifest_path.read_bytes()).hexdigest()

@@ -72,7 +72,7 @@ def test_uninterrupted_sweep_records_every_episode_once(baseline):
     assert manifest.n_episodes == N_EPISODES and len(manifest.shards) == 2
     assert {"labels_sha256", "splits_sha256", "tasks_sha256"} <= manifest.hashes.keys()
     assert manifest.tau2_version == "26.3" and len(manifest.config_hash) == 64
-    assert manifest.version == MANIFEST_VERSION and uuid.UUID(manifest.run_uuid).version == 4
+    assert manifest.schema_version == MANIFEST_VERSION and uuid.UUID(manifest.run_uuid).version == 4
     assert RunPaths(run_dir).config_yaml.is_file()
     # the scripted agent transfers, the scripted user stops: a real, evaluated tau2 episode
     assert {r[1] for r in results.values()} == {"user_stop"}
@@ -201,11 +201,11 @@ def test_a_run_from_before_the_manifest_version_resumes(baseline, tmp_path):
     """A version-1 manifest (no version, no run_uuid) loads, and resumes with a stable run_uuid."""
     copy = shutil.copytree(baseline[0], tmp_path / "old")
     legacy = json.loads(RunPaths(copy).manifest_path.read_text())
-    del legacy["version"], legacy["run_uuid"]
+    del legacy["schema_version"], legacy["run_uuid"]
     RunPaths(copy).manifest_path.write_text(json.dumps(legacy))
     prepared, summary = resume(copy)
     assert summary.episodes_done == N_EPISODES and summary.episode_failures == 0
-    assert prepared.manifest.version == 1 and prepared.manifest.run_uuid == RunPaths(copy).read_manifest().run_uuid
+    assert prepared.manifest.schema_version == 1 and prepared.manifest.run_uuid == RunPaths(copy).read_manifest().run_uuid
 
 
 def test_changed_config_refuses_to_resume_from_the_command_line(baseline):
