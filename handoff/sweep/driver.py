@@ -171,7 +171,7 @@ class Driver:
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
-        self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # execute() makes the sweep's
+        self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # silent until execute() makes the sweep's bar
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)

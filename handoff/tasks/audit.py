@@ -7,7 +7,7 @@
   over a fault ("if this is not fixed") the parent's issue does not have.
 - `parent_script` (explicit_request, out_of_scope): a sentence of the parent's scripted scenario is kept
   in a task that must be handed off.
-- `asks_for_a_solution` (explicit_request, out_of_scope): the user is told to get the agent to do the
+- `asks_for_a_solution` (explicit_request): the user is told to get the agent to do the
   job itself ("Be insistent that the agent should undo ...", "ask the agent to cancel ...", "When asked
   for the order id, provide ... first").
 - `false_premise` (every kind): a fact the user is told is false in the domain's db.json, in the derived

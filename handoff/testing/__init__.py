@@ -1,4 +1,6 @@
-"""Test fixtures that bench/, tests/ and the tiny-model build share; the pipeline never imports them.
+"""Fixtures that bench/ and tests/ share, two of them also build steps. A sweep never imports them;
+`handoff labels build` does (`replay`, for the behaviour baselines: handoff.tasks.behaviour), and so
+does the tiny model's build (`tiny`: handoff.engine.models).
 
 - `synthetic`: run directories of synthetic episodes (real tau2 messages) for reducer, report and
   W&B tests and the reducer benchmark.
