@@ -1,0 +1,132 @@
+"""Every import of the package against the layer order of docs/architecture.md: a module imports only
+its own layer and those below it, and no import is circular. Imports inside functions count (read
+with ast, nothing is imported): they hide a dependency from the reader, not from the order.
+
+KNOWN_UPWARD and KNOWN_CYCLES are the violations of today, each with the issue item that removes it:
+the test fails on a new one, and on a known one that is gone (delete its entry: the lists only shrink)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KNOWN_UPWARD = {
+    # issue 34, item 3: production code in testing/ (`handoff labels build`'s replays, the tiny model's build)
+    ("handoff.tasks.behaviour", "handoff.testing.replay"),
+    ("handoff.engine.models", "handoff.testing.tiny"),
+}
+KNOWN_CYCLES = {
+    # issue 34, item 2 (handoff.tasks split into a read side and a build side); hidden by imports in functions
+    frozenset({"handoff.tasks.derive", "handoff.tasks.audit", "handoff.tasks.gold_policy"}),
+    frozenset({"handoff.tasks", "handoff.tasks.manifests"}),
+}
+
+
+def layers(root: Path) -> list[str]:
+    """The layers of docs/architecture.md, bottom first: the paths opening the lines of its first code block."""
+    block = (root / "docs" / "architecture.md").read_text().split("```")[1]
+    return re.findall(r"^(handoff/\S*)", block, re.MULTILINE)
+
+
+def layer_of(module: str, order: list[str]) -> int | None:
+    """The index of a module's layer: a package (`handoff/rules/`) or one file (`handoff/records.py`;
+    `handoff/__init__.py` is the package module `handoff` alone)."""
+    for i, entry in enumerate(order):
+        name = entry.rstrip("/").removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+        if module == name or (entry.endswith("/") and module.startswith(name + ".")):
+            return i
+    return None
+
+
+def modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for path in sorted((root / "handoff").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(module: str, known: dict[str, Path]) -> set[str]:
+    """The handoff modules one module imports, wherever the import statement is."""
+    path, found = known[module], set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: `from . import x`, `from ..y import z`
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            # `from base import name` imports the submodule base.name if there is one, else base itself
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return {_existing(name, known) for name in found if name.split(".")[0] == "handoff"} - {module}
+
+
+def _existing(name: str, known: dict[str, Path]) -> str:
+    while name not in known:  # `import handoff.x.y` where y is no module: its package
+        name = name.rpartition(".")[0]
+    return name
+
+
+def graph(root: Path) -> dict[str, set[str]]:
+    known = modules(root)
+    return {m: imports(m, known) for m in known}
+
+
+def upward(edges: dict[str, set[str]], order: list[str]) -> set[tuple[str, str]]:
+    """Imports of a higher layer (a module without a layer is test_every_module_has_a_layer's)."""
+    layer = {m: layer_of(m, order) for m in edges}
+    return {(m, t) for m, ts in edges.items() for t in ts if None not in (layer[m], layer[t]) and layer[t] > layer[m]}
+
+
+def cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The groups of modules that import each other (directly or not), each group whole."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reached = {m: reach(m) for m in edges}
+    return {frozenset({m} | {n for n in reached[m] if m in reached[n]}) for m in edges if m in reached[m]}
+
+
+def test_every_module_has_a_layer():
+    order = layers(ROOT)
+    assert len(order) >= 10, f"docs/architecture.md lists no layers: {order}"
+    assert [m for m in modules(ROOT) if layer_of(m, order) is None] == [], "add these to docs/architecture.md"
+
+
+def test_no_import_goes_up_a_layer_or_round_in_a_circle():
+    edges = graph(ROOT)
+    found_up, found_cycles = upward(edges, layers(ROOT)), cycles(edges)
+    assert found_up - KNOWN_UPWARD == set(), "imports from a higher layer of docs/architecture.md"
+    assert found_cycles - KNOWN_CYCLES == set(), "circular imports"
+    assert KNOWN_UPWARD - found_up == set() and KNOWN_CYCLES - found_cycles == set(), "fixed: drop them from KNOWN_*"
+
+
+def test_an_upward_or_circular_import_inside_a_function_is_found(tmp_path):
+    """The negative examples, on a package of three modules: a relative import inside a function that
+    goes up, then one back down that closes a circle; the same package in order has neither."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(
+        "```\nhandoff/__init__.py  root\nhandoff/low.py       low\nhandoff/high/        high\n```\n")
+    package = tmp_path / "handoff"
+    (package / "high").mkdir(parents=True)
+    for path in (package / "__init__.py", package / "high" / "__init__.py", package / "low.py"):
+        path.write_text("import os\n")
+    (package / "high" / "top.py").write_text("from handoff import low\nfrom . import helper\n")
+    (package / "high" / "helper.py").write_text("")
+    order = layers(tmp_path)
+    assert upward(graph(tmp_path), order) == set() and cycles(graph(tmp_path)) == set()
+
+    (package / "low.py").write_text("def f():\n    from .high.top import g\n")
+    assert upward(graph(tmp_path), order) == {("handoff.low", "handoff.high.top")}
+    assert cycles(graph(tmp_path)) == {frozenset({"handoff.low", "handoff.high.top"})}
