@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import ConfigError
+from handoff.rules.attribution import Initiator, attribute
 from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
@@ -103,6 +104,12 @@ class EpisodeScore(BaseModel):
     handoff_turn: int | None = Field(None, description="agent turn of the first transfer call (handoff.rules.outcome)")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    user_request_turn: int | None = Field(None, description="agent turn answering the first user request of a "
+                                          "human before the hand-off (handoff.rules.attribution)")
+    agent_offer_turn: int | None = Field(None, description="agent turn of the first offer of a transfer before it")
+    handoff_initiator: Initiator | None = Field(None, description="user / agent_offer / agent; None: no hand-off")
+    user_ended_for_transfer: bool = Field(False, description="the user ended with ###TRANSFER###, the agent never "
+                                          "called the transfer tool (no hand-off by the spec)")
 
     @property
     def correct_handoff(self) -> bool:
@@ -135,6 +142,7 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         handoff_turn=handoff_turn(traj),
         prompt_tokens=traj.prompt_tokens,
         completion_tokens=traj.completion_tokens,
+        **attribute(traj).model_dump(),
     )
 
 

@@ -1,0 +1,164 @@
+"""Who asked for the human (handoff.rules.attribution, docs/rules.md "Requests and offers"): user
+requests and agent offers of a transfer, per sentence and per episode, with sentences from real
+tau2 leaderboard dialogues (../shared/data/real-trajectories, skipped when absent)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from handoff.rules import Initiator, Trajectory, attribute, offers_transfer, requests_human
+from handoff.rules.attribution import USER_STOP_TRANSFER
+from handoff.rules.trajectory import TRANSFER_TOOL, Call, Msg
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real-trajectories"
+AIRLINE_FILE = "claude-sonnet-4-5_aide-platform_2025-10-31__claude-sonnet-4-5_airline_default_gpt4.1_1trials.json.gz"
+
+REQUESTS = [  # real user simulator sentences first (airline and retail leaderboard files), then made up
+    "Could you please transfer me to a human agent to discuss this further?",
+    "If you still say I’m Silver, I’d like to speak to a supervisor, please.",  # conditional
+    "I’d really appreciate it if you could escalate this or check if there’s any way to do better.",
+    "Is there any way to escalate this or speak to a supervisor?",  # a question
+    "Yes, please transfer me to someone who can actually help with this.",
+    "If it’s possible, I’d appreciate being transferred to a human agent to see if there’s anything else.",
+    "Please get me to a human agent who can see if there's any exception or accommodation here.",
+    "get me a human rep",
+    "Is there anyone else I can speak to, maybe a supervisor?",
+    "I want a real person.",
+    "Can you connect me with someone higher up?",
+    "Yes, please transfer me to a supervisor. ###TRANSFER###",  # the request counts, not the token
+]
+NOT_REQUESTS = [
+    "I really don’t want to be transferred to a human agent.",  # real
+    "I’d rather not be transferred.",  # real
+    "Don’t transfer me yet.",  # real
+    "please hold off on transferring me to a human for now—let's finish the cancellations first",  # real
+    "Maybe a supervisor could make an exception?",  # real: a mention, no request verb
+    "Hi, I was told by a customer support representative over the phone that a service agent could help me.",  # real
+    "I’d like to give up my seat so someone else who needs it can have it.",  # real
+    "I’d like to talk to someone about this.",  # real, the opening: "someone" is the agent
+    "No need for a human, thanks.",
+    "I don't need a supervisor.",
+    "Can you transfer the remaining balance to my gift card?",
+    USER_STOP_TRANSFER,
+    "",
+]
+OFFERS = [  # real agent sentences (claude-sonnet-4-5, gpt-4.1-mini) first
+    "Would you like me to transfer you to a human agent who may be able to provide additional assistance?",
+    "If you'd like, I can transfer you to a human agent who may be able to review your situation.",
+    "Would you like me to explore other options, or would you prefer to speak with a human agent about this?",
+    "Would you like me to proceed with the transfer?",
+    "If you need exact fees or window information, I can connect you with a human agent.",
+    "Would you like me to:\n1. **Go ahead with the change now**, or\n2. **Transfer you to a human agent** first?",
+    "Shall I transfer you?",
+]
+NOT_OFFERS = [
+    "This restriction applies even for human agents.",  # real
+    "You would need to contact a human agent for further assistance with this matter.",  # real
+    "**Even a supervisor or human agent would be bound by the same rule**.",  # real
+    "If I were to escalate this to a supervisor or another agent, they would tell you the same thing.",  # real
+    "I cannot transfer you to a human agent for this request.",
+    "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON.",  # an announcement
+    "I can transfer the funds to your gift card if you'd like.",
+    "Would you like me to proceed with the cancellation?",
+]
+
+
+@pytest.mark.parametrize("text", REQUESTS)
+def test_a_user_request_for_a_human_is_found(text):
+    assert requests_human(text)
+
+
+@pytest.mark.parametrize("text", NOT_REQUESTS)
+def test_refusals_mentions_and_the_stop_token_are_no_request(text):
+    assert not requests_human(text)
+
+
+@pytest.mark.parametrize("text", OFFERS)
+def test_an_agent_offer_of_a_transfer_is_found(text):
+    assert offers_transfer(text)
+
+
+@pytest.mark.parametrize("text", NOT_OFFERS)
+def test_mentions_refusals_and_announcements_are_no_offer(text):
+    assert not offers_transfer(text)
+
+
+def test_the_stop_token_is_tau2s():
+    from tau2.user.base import TRANSFER
+
+    assert USER_STOP_TRANSFER == TRANSFER
+
+
+def episode(*turns: tuple[str, str] | str) -> Trajectory:
+    """("user", text), ("agent", text), or "transfer" (an agent turn with the transfer call)."""
+    messages = [Msg(role="assistant", content="Hi! How can I help you today?")]
+    for turn in turns:
+        if turn == "transfer":
+            messages += [Msg(role="assistant", tool_calls=[Call(id="t", name=TRANSFER_TOOL, arguments={"summary": "x"})]),
+                         Msg(role="tool", id="t", content="Transfer successful", requestor="assistant")]
+        else:
+            role, text = turn
+            messages.append(Msg(role="user" if role == "user" else "assistant", content=text))
+    return Trajectory(task_id="0", domain="airline", termination_reason="user_stop", messages=messages)
+
+
+def test_the_initiator_is_whoever_asked_first_and_turns_count_as_the_handoff_turn():
+    offer_first = attribute(episode(("user", "Cancel my trip."), ("agent", "I can't. Would you like me to transfer you?"),
+                                    ("user", "Yes, transfer me to a human agent."), "transfer"))
+    assert offer_first.model_dump() == {"user_request_turn": 2, "agent_offer_turn": 1,
+                                        "handoff_initiator": Initiator.AGENT_OFFER, "user_ended_for_transfer": False}
+    asked = attribute(episode(("user", "Cancel my trip."), ("agent", "Done?"), ("user", "I want to speak to a manager."),
+                              ("agent", "I can transfer you to a supervisor if you'd like."), ("user", "Yes."), "transfer"))
+    assert (asked.user_request_turn, asked.agent_offer_turn, asked.handoff_initiator) == (2, 2, Initiator.USER)
+    unprompted = attribute(episode(("user", "Cancel my trip."), "transfer"))
+    assert (unprompted.user_request_turn, unprompted.handoff_initiator) == (None, Initiator.AGENT)
+
+
+def test_only_messages_before_the_first_transfer_count_and_no_handoff_has_no_initiator():
+    after = attribute(episode(("user", "Cancel my trip."), "transfer", ("user", "Can I speak to a supervisor?"),
+                              ("agent", "Would you like me to transfer you?")))
+    assert (after.user_request_turn, after.agent_offer_turn, after.handoff_initiator) == (None, None, Initiator.AGENT)
+    kept = attribute(episode(("user", "I want a human agent."), ("agent", "I can help you myself.")))
+    assert (kept.user_request_turn, kept.handoff_initiator, kept.user_ended_for_transfer) == (1, None, False)
+
+
+def test_announcing_the_transfer_in_the_calls_turn_is_no_offer():
+    traj = episode(("user", "My bag is lost."))
+    traj.messages.append(Msg(role="assistant", content="Would you like me to transfer you? I am transferring you.",
+                             tool_calls=[Call(id="t", name=TRANSFER_TOOL, arguments={})]))
+    assert attribute(traj).agent_offer_turn is None
+
+
+def test_a_user_who_ends_with_the_transfer_token_is_marked_and_is_no_handoff():
+    traj = episode(("user", "Cancel it."), ("agent", "Would you like me to transfer you to a human agent?"),
+                   ("user", f"Yes, please transfer me to a human agent. {USER_STOP_TRANSFER}"))
+    found = attribute(traj)
+    assert found.user_ended_for_transfer and found.handoff_initiator is None
+    assert (found.agent_offer_turn, found.user_request_turn) == (1, 2)
+
+
+def real_airline() -> dict[str, Trajectory]:
+    path = REAL / AIRLINE_FILE
+    if not path.is_file():
+        pytest.skip(f"the shared real trajectories are absent ({path})")
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    return {s["task_id"]: Trajectory.from_simulation(s, "airline") for s in data["simulations"]}
+
+
+def test_real_airline_dialogues_are_attributed_as_read_by_hand():
+    sims = real_airline()
+    found = {task_id: attribute(traj) for task_id, traj in sims.items()}
+    # 46: "Is there any way to escalate this or speak to a supervisor?" before the transfer
+    assert (found["46"].handoff_initiator, found["46"].user_request_turn) == (Initiator.USER, 2)
+    # 31: the agent offered ("Would you like me to transfer you to a human agent ...?"), the user accepted
+    assert found["31"].handoff_initiator is Initiator.AGENT_OFFER
+    # 3: an offer accepted with ###TRANSFER###, and the agent never called the tool
+    assert found["3"].user_ended_for_transfer and found["3"].handoff_initiator is None
+    # 35: "I really don’t want to be transferred", twice: no request
+    assert found["35"].user_request_turn is None and found["35"].agent_offer_turn is not None
+    # 45: transferred with no request and no offer
+    assert found["45"].handoff_initiator is Initiator.AGENT
