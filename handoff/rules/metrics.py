@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 
 from handoff.rules.events import FormatKind
-from handoff.rules.outcome import Outcome
+from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
 from handoff.rules.violations import RuleId
 
@@ -75,6 +75,15 @@ class Metrics(BaseModel):
     assistant_turns: Interval
     completion_tokens: Interval
     n_unevaluated: int
+    # Under the episode label (EpisodeScore.episode_should_transfer; docs/metrics.md, "Episode labels")
+    # and who asked for the human (handoff.rules.attribution).
+    handoff_episode: HandoffMetrics | None = None
+    outcomes_episode: dict[str, Interval] = {}
+    outcome_details: dict[str, Interval] = {}
+    outcome_details_episode: dict[str, Interval] = {}
+    transfer_rate_by_episode_rule: dict[str, Interval] = {}
+    handoff_initiator: dict[str, Interval] = {}
+    user_ended_for_transfer: Interval | None = None
 
 
 class Difference(BaseModel):
@@ -114,15 +123,20 @@ def _cell(s: EpisodeScore) -> tuple[bool, bool]:
     return s.transferred, s.label.should_transfer
 
 
+def _episode_cell(s: EpisodeScore) -> tuple[bool, bool]:
+    return s.transferred, s.episode_should_transfer
+
+
 def _error_turns(s: EpisodeScore) -> int:
     """Turns with at least one format error."""
     return len({e.turn for e in s.format_errors})
 
 
-def _f1_terms(s: EpisodeScore) -> tuple[float, float]:
+def _f1_terms(s: EpisodeScore, cell: Callable[[EpisodeScore], tuple[bool, bool]] = _cell) -> tuple[float, float]:
     """F1 = 2TP / (2TP + FP + FN), summed episode by episode."""
-    tp = 2.0 * (_cell(s) == (True, True))
-    return tp, tp + (not s.correct_handoff)
+    transferred, should = cell(s)
+    tp = 2.0 * (transferred and should)
+    return tp, tp + (transferred != should)
 
 
 # Ratios shared by the metrics and the paired comparison.
@@ -131,6 +145,8 @@ RATIOS: dict[str, Ratio] = {
     "reward": lambda s: (s.reward, 1.0),
     "handoff_accuracy": lambda s: (float(s.correct_handoff), 1.0),
     "handoff_f1": _f1_terms,
+    "handoff_episode_accuracy": lambda s: (float(s.episode_correct_handoff), 1.0),
+    "handoff_episode_f1": lambda s: _f1_terms(s, _episode_cell),
     "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
     "format_errors_per_100_turns_any": lambda s: (100.0 * _error_turns(s), float(s.n_assistant_turns)),
     "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
@@ -195,6 +211,7 @@ def compute_metrics(
         assistant_turns=boot.interval(RATIOS["assistant_turns"]),
         completion_tokens=boot.interval(RATIOS["completion_tokens"]),
         n_unevaluated=sum(s.tau2_reward is None for s in scores),
+        **_attributed(scores, boot),
     )
 
 
@@ -243,23 +260,42 @@ def _percentiles(replicates: np.ndarray) -> tuple[float | None, float | None]:
     return float(lo), float(hi)
 
 
-def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums) -> HandoffMetrics:
-    cells = Counter(_cell(s) for s in scores)
+def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums, cell=_cell, f1: str = "handoff_f1") -> HandoffMetrics:
+    cells = Counter(cell(s) for s in scores)
     tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
     return HandoffMetrics(
         confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
         precision=wilson(tp, tp + fp),
         recall=wilson(tp, tp + fn),
-        f1=boot.interval(RATIOS["handoff_f1"]),
+        f1=boot.interval(RATIOS[f1]),
         accuracy=wilson(tp + tn, len(scores)),
     )
 
 
-def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+def _transfer_rates(scores: Sequence[EpisodeScore], rule_of=lambda s: s.label.rule) -> dict[str, Interval]:
     by_rule: dict[str, list[bool]] = defaultdict(list)
     for s in scores:
-        by_rule[s.label.rule].append(s.transferred)
+        by_rule[rule_of(s)].append(s.transferred)
     return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+
+
+def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
+    """The hand-off metrics under the episode label, the outcome classes split by who asked, and the
+    share of hand-offs each initiator started (Metrics' fields from handoff_episode on)."""
+    details = Counter(s.outcome_detail() for s in scores)
+    episode_details = Counter(s.outcome_detail(episode=True) for s in scores)
+    episode_outcomes = Counter(s.episode_outcome for s in scores)
+    initiators = Counter(s.handoff_initiator for s in scores if s.handoff_initiator is not None)
+    n_transferred = sum(initiators.values())
+    return {
+        "handoff_episode": _handoff(scores, boot, _episode_cell, "handoff_episode_f1"),
+        "outcomes_episode": {o.value: wilson(episode_outcomes[o], len(scores)) for o in Outcome},
+        "outcome_details": {d.value: wilson(details[d], len(scores)) for d in OutcomeDetail},
+        "outcome_details_episode": {d.value: wilson(episode_details[d], len(scores)) for d in OutcomeDetail},
+        "transfer_rate_by_episode_rule": _transfer_rates(scores, lambda s: s.episode_rule),
+        "handoff_initiator": {i: wilson(initiators[i], n_transferred) for i in ("user", "agent_offer", "agent")},
+        "user_ended_for_transfer": wilson(sum(s.user_ended_for_transfer for s in scores), len(scores)),
+    }
 
 
 def _outcomes(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:

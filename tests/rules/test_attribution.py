@@ -162,3 +162,65 @@ def test_real_airline_dialogues_are_attributed_as_read_by_hand():
     assert found["35"].user_request_turn is None and found["35"].agent_offer_turn is not None
     # 45: transferred with no request and no offer
     assert found["45"].handoff_initiator is Initiator.AGENT
+
+
+# --- episode labels -------------------------------------------------------------------------------
+
+
+def test_a_user_request_makes_the_episode_label_one_and_the_reward_can_use_it():
+    from handoff.rules import Label, RewardWeights, score_episode
+    from handoff.rules.context import TaskContext
+
+    traj = episode(("user", "This is unfair. Can I speak to a supervisor?"), "transfer")
+    ctx = TaskContext.for_task("airline", None)
+    task_label = Label(should_transfer=False, rule="no_transfer")
+    by_task = score_episode(traj, task_label, ctx, RewardWeights.load())
+    assert by_task.episode_should_transfer and not by_task.label.should_transfer
+    assert by_task.outcome.value == "unneeded_handoff" and by_task.episode_outcome.value == "correct_handoff"
+    assert by_task.outcome_detail() == "unneeded_handoff_after_user_request"
+    assert by_task.episode_rule == "user_request" and by_task.reward_terms.handoff == -1.0
+    by_episode = score_episode(traj, task_label, ctx, RewardWeights.load().model_copy(update={"label": "episode"}))
+    assert by_episode.reward_terms.handoff == 1.0 and by_episode.reward - by_task.reward == 2.0
+    quiet = score_episode(episode(("user", "Cancel my trip."), ("agent", "Done.")), task_label, ctx, RewardWeights.load())
+    assert not quiet.episode_should_transfer and quiet.episode_rule == "no_transfer"
+
+
+def test_reward_label_must_be_task_or_episode():
+    from pydantic import ValidationError
+
+    from handoff.rules import RewardWeights
+
+    assert RewardWeights.load().label == "task" and RewardWeights.load("tau2_only").label == "task"
+    with pytest.raises(ValidationError):
+        RewardWeights.model_validate(RewardWeights.load().model_dump() | {"label": "user"})
+
+
+def test_metrics_under_both_labels_and_outcomes_split_by_who_asked():
+    from handoff.rules.metrics import compute_metrics
+    from tests.rules.test_reward_and_metrics import score
+
+    scores = [
+        score("a", True, False, user_request_turn=2, handoff_initiator="user"),  # task FP, episode TP
+        score("b", True, False, agent_offer_turn=1, handoff_initiator="agent_offer"),  # FP under both
+        score("c", True, False, handoff_initiator="agent"),  # FP under both
+        score("d", False, True, user_request_turn=3),  # FN, the request refused
+        score("e", False, False, user_request_turn=1),  # task TN, episode FN (refused)
+        score("f", False, True),  # FN, not asked
+        score("g", True, True, handoff_initiator="agent"),  # TP
+    ]
+    m = compute_metrics(scores)
+    assert m.handoff.confusion.model_dump() == {"tp": 1, "fp": 3, "tn": 1, "fn": 2}
+    assert m.handoff_episode.confusion.model_dump() == {"tp": 2, "fp": 2, "tn": 0, "fn": 3}
+    assert (m.handoff.recall.value, m.handoff_episode.recall.value) == (pytest.approx(1 / 3), pytest.approx(2 / 5))
+    assert {k: v.k for k, v in m.outcome_details.items() if v.k} == {
+        "correct_handoff": 1, "correct_no_transfer": 1, "unneeded_handoff_after_user_request": 1,
+        "unneeded_handoff_after_agent_offer": 1, "unneeded_handoff_unprompted": 1,
+        "missed_handoff_request_refused": 1, "missed_handoff_not_asked": 1}
+    assert {k: v.k for k, v in m.outcome_details_episode.items() if v.k} == {
+        "correct_handoff": 2, "unneeded_handoff_after_agent_offer": 1, "unneeded_handoff_unprompted": 1,
+        "missed_handoff_request_refused": 2, "missed_handoff_not_asked": 1}
+    by_rule = {rule: (r.k, r.n) for rule, r in m.transfer_rate_by_episode_rule.items()}
+    assert by_rule == {"user_request": (1, 2), "no_transfer": (2, 2), "gold_transfer_action": (1, 3)}
+    assert (m.transfer_rate_by_rule["no_transfer"].k, m.transfer_rate_by_rule["no_transfer"].n) == (3, 4)
+    assert {k: (v.k, v.n) for k, v in m.handoff_initiator.items()} == {"user": (1, 4), "agent_offer": (1, 4), "agent": (2, 4)}
+    assert m.outcomes_episode["missed_handoff"].k == 3
