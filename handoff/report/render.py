@@ -81,11 +81,30 @@ def _any_or(field: str, key: str) -> dict:
     return {field: "any" if key == ANY else key}
 
 
+def _episode_label(m) -> dict[str, Interval]:
+    """The hand-off headline under the episode label (docs/metrics.md, "Episode labels")."""
+    h = m.handoff_episode
+    return {} if h is None else {"1 precision": h.precision, "2 recall": h.recall, "3 F1": h.f1, "4 accuracy": h.accuracy}
+
+
+def _user_simulator(m) -> dict[str, Interval]:
+    return {k: v for k, v in (("user_request_offscript", m.user_request_offscript),
+                              ("user_ended_for_transfer", m.user_ended_for_transfer)) if v is not None}
+
+
 # Tables per key: title, the dict picked from a slice's metrics, the index filter of a key (and the
 # digits shown, default 3).
 SECTIONS = [
     ("Outcome classes (docs/metrics.md)", lambda m: m.outcomes, lambda k: {"outcome": k}),
     ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
+    ("Hand-off under the episode label (the task's, or 1 after a user request; docs/metrics.md)", _episode_label,
+     lambda k: {}),
+    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details, lambda k: {}),
+    ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
+     lambda k: {}),
+    ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {}),
+    ("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
+     "checkpoints is the agent provoking it)", _user_simulator, lambda k: {}),
     ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,
      lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
     ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),

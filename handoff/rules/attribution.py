@@ -52,6 +52,7 @@ _OFFERING = re.compile(
     r"happy\s+to|glad\s+to|if\s+you(?:'d|\s+would)?\s+(?:like|prefer|want|wish)|you'd\s+(?:like|prefer)|option)\b",
     re.IGNORECASE,
 )
+_SCENARIO_MENTION = re.compile(r"\b(?:human|supervisor|manager|representative|escalat\w*|transfer\w*)", re.IGNORECASE)
 _HYPOTHETICAL = re.compile(r"\b(?:if\s+i\s+were\s+to|even\s+if\s+i|even\s+a)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[.,;:!?\n]+")
 _SENTENCE = re.compile(r"[^.;!?\n]+[.;!?]*")
@@ -99,6 +100,14 @@ def attribute(traj: Trajectory) -> Attribution:
         user_ended_for_transfer=at is None and any(
             m.role == "user" and USER_STOP_TRANSFER in (m.content or "") for m in traj.messages),
     )
+
+
+def offscript(user_request_turn: int | None, user_scenario: str | None) -> bool | None:
+    """A user request in a task whose scenario never mentions a human, supervisor, manager,
+    representative, escalation or transfer: the user simulator went off script. None: no scenario."""
+    if user_scenario is None:
+        return None
+    return user_request_turn is not None and not _SCENARIO_MENTION.search(user_scenario)
 
 
 def agent_turn_of(traj: Trajectory, index: int) -> int:

@@ -84,6 +84,7 @@ class Metrics(BaseModel):
     transfer_rate_by_episode_rule: dict[str, Interval] = {}
     handoff_initiator: dict[str, Interval] = {}
     user_ended_for_transfer: Interval | None = None
+    user_request_offscript: Interval | None = None  # the user simulator's, over the episodes whose scenario is known
 
 
 class Difference(BaseModel):
@@ -287,6 +288,7 @@ def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
     episode_outcomes = Counter(s.episode_outcome for s in scores)
     initiators = Counter(s.handoff_initiator for s in scores if s.handoff_initiator is not None)
     n_transferred = sum(initiators.values())
+    known = [s for s in scores if s.user_request_offscript is not None]
     return {
         "handoff_episode": _handoff(scores, boot, _episode_cell, "handoff_episode_f1"),
         "outcomes_episode": {o.value: wilson(episode_outcomes[o], len(scores)) for o in Outcome},
@@ -295,6 +297,7 @@ def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
         "transfer_rate_by_episode_rule": _transfer_rates(scores, lambda s: s.episode_rule),
         "handoff_initiator": {i: wilson(initiators[i], n_transferred) for i in ("user", "agent_offer", "agent")},
         "user_ended_for_transfer": wilson(sum(s.user_ended_for_transfer for s in scores), len(scores)),
+        "user_request_offscript": wilson(sum(bool(s.user_request_offscript) for s in known), len(known)),
     }
 
 

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import ConfigError
-from handoff.rules.attribution import Initiator, attribute
+from handoff.rules.attribution import Initiator, attribute, offscript
 from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
@@ -114,6 +114,9 @@ class EpisodeScore(BaseModel):
     handoff_initiator: Initiator | None = Field(None, description="user / agent_offer / agent; None: no hand-off")
     user_ended_for_transfer: bool = Field(False, description="the user ended with ###TRANSFER###, the agent never "
                                           "called the transfer tool (no hand-off by the spec)")
+    user_request_offscript: bool | None = Field(None, description="a user request although the task's scenario "
+                                                "never mentions a human (the user simulator's drift); None: "
+                                                "no scenario known")
     episode_should_transfer: bool = Field(None, description="the episode label: the task's, or true when the user "
                                           "asked for a human before the hand-off (default: from the fields above)")
 
@@ -179,6 +182,7 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         completion_tokens=traj.completion_tokens,
         **attribution.model_dump(),
         episode_should_transfer=episode_should,
+        user_request_offscript=offscript(attribution.user_request_turn, ctx.user_scenario),
     )
 
 

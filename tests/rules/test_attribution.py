@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from handoff.rules import Initiator, Trajectory, attribute, offers_transfer, requests_human
-from handoff.rules.attribution import USER_STOP_TRANSFER
+from handoff.rules.attribution import USER_STOP_TRANSFER, offscript
 from handoff.rules.trajectory import TRANSFER_TOOL, Call, Msg
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "real-trajectories"
@@ -224,3 +224,29 @@ def test_metrics_under_both_labels_and_outcomes_split_by_who_asked():
     assert (m.transfer_rate_by_rule["no_transfer"].k, m.transfer_rate_by_rule["no_transfer"].n) == (3, 4)
     assert {k: (v.k, v.n) for k, v in m.handoff_initiator.items()} == {"user": (1, 4), "agent_offer": (1, 4), "agent": (2, 4)}
     assert m.outcomes_episode["missed_handoff"].k == 3
+
+
+# --- the user simulator's drift -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario, request_turn, expected", [
+    ("You want a refund for the insurance. You are not happy with the service.", 2, True),
+    ("If the agent refuses, ask to speak to a supervisor.", 2, False),
+    ("You insist on being transferred to a human agent.", 3, False),
+    ("Escalate if needed.", 1, False),
+    ("You want a refund for the insurance.", None, False),  # no request: not off script
+    (None, 2, None),  # no scenario known
+])
+def test_a_request_off_script_is_one_the_scenario_never_mentions(scenario, request_turn, expected):
+    assert offscript(request_turn, scenario) is expected
+
+
+def test_real_requests_are_off_script_against_the_pinned_scenarios():
+    from handoff.rules import Label, RewardWeights, score_episode
+    from handoff.rules.context import TaskContext
+    from handoff.tasks import get_task
+
+    sims = real_airline()
+    ctx = TaskContext.for_task("airline", get_task("airline", "46"))
+    s = score_episode(sims["46"], Label(should_transfer=False, rule="no_transfer"), ctx, RewardWeights.load())
+    assert s.user_request_turn == 2 and s.user_request_offscript  # "You want to get a refund for the insurance ..."
