@@ -142,12 +142,16 @@ def attributed_values(m: Metrics) -> dict[str, float]:
             _put(out, f"handoff_episode/{name}", getattr(m.handoff_episode, name))
     for prefix, ivs in (("outcome_episode", m.outcomes_episode), ("outcome_detail", m.outcome_details),
                         ("outcome_detail_episode", m.outcome_details_episode),
-                        ("transfer_rate_episode", m.transfer_rate_by_episode_rule), ("initiator", m.handoff_initiator)):
+                        ("transfer_rate_episode", m.transfer_rate_by_episode_rule), ("initiator", m.handoff_initiator),
+                        ("handoff_delay", m.handoff_delay_by_rule)):
         for key, iv in ivs.items():
             _put(out, f"{prefix}/{key}", iv)
     for name in ("user_request_offscript", "user_ended_for_transfer"):
         if getattr(m, name) is not None:
             _put(out, f"user_simulator/{name}", getattr(m, name))
+    for name in ("handoff_after_write", "handoff_summary_complete"):
+        if getattr(m, name) is not None:
+            _put(out, name, getattr(m, name))
     return out
 
 

@@ -85,6 +85,9 @@ class Metrics(BaseModel):
     handoff_initiator: dict[str, Interval] = {}
     user_ended_for_transfer: Interval | None = None
     user_request_offscript: Interval | None = None  # the user simulator's, over the episodes whose scenario is known
+    handoff_delay_by_rule: dict[str, Interval] = {}  # median agent turns from the known need to the hand-off
+    handoff_after_write: Interval | None = None  # hand-offs with episode label 1 made after a write
+    handoff_summary_complete: Interval | None = None  # hand-offs whose summary names the ids touched
 
 
 class Difference(BaseModel):
@@ -298,6 +301,23 @@ def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
         "handoff_initiator": {i: wilson(initiators[i], n_transferred) for i in ("user", "agent_offer", "agent")},
         "user_ended_for_transfer": wilson(sum(s.user_ended_for_transfer for s in scores), len(scores)),
         "user_request_offscript": wilson(sum(bool(s.user_request_offscript) for s in known), len(known)),
+        **_handoff_quality(scores),
+    }
+
+
+def _handoff_quality(scores: Sequence[EpisodeScore]) -> dict:
+    """Timeliness (per episode rule and `any`) and quality of the hand-offs (handoff.rules.handoff_quality)."""
+    delays: dict[str, list[int]] = defaultdict(list)
+    for s in scores:
+        if s.handoff_delay is not None:
+            delays[s.episode_rule].append(s.handoff_delay)
+            delays[ANY].append(s.handoff_delay)
+    needed = [s for s in scores if s.transferred and s.episode_should_transfer and s.write_before_handoff is not None]
+    summaries = [s.summary_complete for s in scores if s.summary_complete is not None]
+    return {
+        "handoff_delay_by_rule": {rule: median_interval(d) for rule, d in sorted(delays.items())},
+        "handoff_after_write": wilson(sum(s.write_before_handoff for s in needed), len(needed)),
+        "handoff_summary_complete": wilson(sum(summaries), len(summaries)),
     }
 
 

@@ -22,6 +22,7 @@ from handoff.rules.attribution import Initiator, attribute, offscript
 from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
+from handoff.rules.handoff_quality import handoff_quality
 from handoff.rules.label import Label
 from handoff.rules.outcome import EPISODE_RULE_USER_REQUEST, Outcome, handoff_turn, outcome_detail, outcome_of
 from handoff.rules.trajectory import Trajectory, transferred
@@ -117,6 +118,11 @@ class EpisodeScore(BaseModel):
     user_request_offscript: bool | None = Field(None, description="a user request although the task's scenario "
                                                 "never mentions a human (the user simulator's drift); None: "
                                                 "no scenario known")
+    handoff_delay: int | None = Field(None, description="agent turns from the known need (turn 1 for a task label "
+                                      "1, else the first user request) to the hand-off (handoff.rules.handoff_quality)")
+    write_before_handoff: bool | None = Field(None, description="a write attempted before the first transfer call")
+    summary_complete: bool | None = Field(None, description="the transfer summary names the user id and every "
+                                          "reservation / order id touched before it")
     episode_should_transfer: bool = Field(None, description="the episode label: the task's, or true when the user "
                                           "asked for a human before the hand-off (default: from the fields above)")
 
@@ -159,6 +165,7 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
     found_violations = violations(traj, ctx)
     found_errors = format_errors(traj, ctx)
     did_transfer = transferred(traj)
+    turn = handoff_turn(traj)
     attribution = attribute(traj)
     episode_should = label.should_transfer or attribution.user_request_turn is not None
     judged = episode_should if weights.label == "episode" else label.should_transfer
@@ -177,12 +184,13 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         termination_reason=traj.termination_reason,
         n_assistant_turns=assistant_turn_count(traj, found_errors),
         n_messages=len(traj.messages),
-        handoff_turn=handoff_turn(traj),
+        handoff_turn=turn,
         prompt_tokens=traj.prompt_tokens,
         completion_tokens=traj.completion_tokens,
         **attribution.model_dump(),
         episode_should_transfer=episode_should,
         user_request_offscript=offscript(attribution.user_request_turn, ctx.user_scenario),
+        **handoff_quality(traj, ctx, turn, label.should_transfer, attribution.user_request_turn).model_dump(),
     )
 
 

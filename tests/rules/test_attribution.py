@@ -250,3 +250,60 @@ def test_real_requests_are_off_script_against_the_pinned_scenarios():
     ctx = TaskContext.for_task("airline", get_task("airline", "46"))
     s = score_episode(sims["46"], Label(should_transfer=False, rule="no_transfer"), ctx, RewardWeights.load())
     assert s.user_request_turn == 2 and s.user_request_offscript  # "You want to get a refund for the insurance ..."
+
+
+# --- timeliness and hand-off quality --------------------------------------------------------------
+
+
+def retail_handoff(summary: str, *, write: bool = False, request: bool = False) -> Trajectory:
+    """Authenticate by email (returns the user id), browse two orders, name one, maybe write, transfer."""
+    def call(i, name, **arguments):
+        return [Msg(role="assistant", tool_calls=[Call(id=f"c{i}", name=name, arguments=arguments)]),
+                Msg(role="tool", id=f"c{i}", content=arguments.pop("_result", "{}"))]
+    messages = [Msg(role="assistant", content="Hi!"), Msg(role="user", content="My order #W111 never came.")]
+    messages += call(1, "find_user_id_by_email", email="a@b.c", _result="ann_lee_1")  # agent turn 1
+    messages += call(2, "get_order_details", order_id="#W111")  # 2
+    messages += call(3, "get_order_details", order_id="#W999")  # 3: browsed, never named
+    if write:
+        messages += call(4, "cancel_pending_order", order_id="#W111", reason="ordered by mistake")
+    messages.append(Msg(role="assistant", content="Order #W111 was delivered."))
+    messages.append(Msg(role="user", content="Let me speak to a supervisor." if request else "It never came."))
+    messages += call(5, "transfer_to_human_agents", summary=summary)
+    return Trajectory(task_id="0", domain="retail", termination_reason="agent_stop", messages=messages)
+
+
+def test_the_delay_counts_from_the_first_turn_or_the_request_and_writes_before_are_seen():
+    from handoff.rules import Label, RewardWeights, score_episode
+    from handoff.rules.context import TaskContext
+
+    ctx, weights = TaskContext.for_task("retail", None), RewardWeights.load()
+    should = Label(should_transfer=True, rule="gold_transfer_action")
+    task = score_episode(retail_handoff("ann_lee_1: #W111 lost", write=True), should, ctx, weights)
+    assert (task.handoff_turn, task.handoff_delay, task.write_before_handoff, task.summary_complete) == (6, 5, True, True)
+    no = Label(should_transfer=False, rule="no_transfer")
+    asked = score_episode(retail_handoff("W111 lost", request=True), no, ctx, weights)
+    assert (asked.user_request_turn, asked.handoff_turn, asked.handoff_delay) == (5, 5, 0)
+    assert asked.summary_complete is False and asked.write_before_handoff is False  # the user id is missing
+    unneeded = score_episode(retail_handoff("ann_lee_1 #W111"), no, ctx, weights)
+    assert unneeded.handoff_delay is None and unneeded.summary_complete  # #W999 was only browsed
+    kept = score_episode(episode(("user", "Cancel it."), ("agent", "Done.")), no, TaskContext.for_task("airline", None), weights)
+    assert (kept.handoff_delay, kept.write_before_handoff, kept.summary_complete) == (None, None, None)
+
+
+def test_timeliness_and_quality_metrics():
+    from handoff.rules.metrics import compute_metrics
+    from tests.rules.test_reward_and_metrics import score
+
+    scores = [
+        score("a", True, True, handoff_turn=3, handoff_delay=2, write_before_handoff=True, summary_complete=True),
+        score("b", True, False, handoff_turn=4, user_request_turn=4, handoff_initiator="user", handoff_delay=0,
+              write_before_handoff=False, summary_complete=False),
+        score("c", True, False, handoff_turn=1, handoff_initiator="agent", write_before_handoff=True,
+              summary_complete=True),  # label 0 under both: no delay, not in the write share
+        score("d", False, True),
+    ]
+    m = compute_metrics(scores)
+    assert {k: (v.value, v.n) for k, v in m.handoff_delay_by_rule.items()} == {
+        "any": (1.0, 2), "gold_transfer_action": (2.0, 1), "user_request": (0.0, 1)}
+    assert (m.handoff_after_write.k, m.handoff_after_write.n) == (1, 2)
+    assert (m.handoff_summary_complete.k, m.handoff_summary_complete.n) == (2, 3)
