@@ -225,13 +225,15 @@ def paired_difference(
     n_bootstrap: int = N_BOOTSTRAP,
     seed: int = SEED,
 ) -> PairedComparison:
-    """A - B for each RATIOS metric over the tasks both runs have, with a paired bootstrap (the
-    same resampled tasks for both runs) for the interval of the difference."""
+    """A - B for each RATIOS metric and every hand-off metric under both labels (handoff_ratios)
+    over the tasks both runs have, with a paired bootstrap (the same resampled tasks for both runs)
+    for the interval of the difference."""
     a_tasks, b_tasks = _by_task(a_scores), _by_task(b_scores)
     shared = sorted(a_tasks.keys() & b_tasks.keys())
     boot_a = _TaskSums({k: a_tasks[k] for k in shared}, n_bootstrap, seed)
     boot_b = _TaskSums({k: b_tasks[k] for k in shared}, n_bootstrap, seed)  # same seed: same resamples
-    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in RATIOS.items()}
+    ratios = RATIOS | handoff_ratios([s for k in shared for s in a_tasks[k] + b_tasks[k]])
+    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in ratios.items()}
     return PairedComparison(
         n_tasks=len(shared),
         n_episodes_a=sum(len(a_tasks[k]) for k in shared),
@@ -240,11 +242,34 @@ def paired_difference(
     )
 
 
+def handoff_ratios(scores: Sequence[EpisodeScore]) -> dict[str, Ratio]:
+    """Every hand-off metric as a ratio, under the task label (`handoff_...`) and the episode label
+    (`handoff_episode_...`): precision, recall, the transfer rate per label rule of these scores,
+    and the share of each outcome class and split class (accuracy and F1 are in RATIOS)."""
+    out: dict[str, Ratio] = {}
+    views = (("handoff", _cell, lambda s: s.label.rule, lambda s: s.outcome, lambda s: s.outcome_detail()),
+             ("handoff_episode", _episode_cell, lambda s: s.episode_rule, lambda s: s.episode_outcome,
+              lambda s: s.outcome_detail(episode=True)))
+    for prefix, cell, rule_of, outcome_of_, detail_of in views:
+        out[f"{prefix}_precision"] = lambda s, c=cell: (float(all(c(s))), float(c(s)[0]))
+        out[f"{prefix}_recall"] = lambda s, c=cell: (float(all(c(s))), float(c(s)[1]))
+        for rule in sorted({rule_of(s) for s in scores}):
+            out[f"{prefix}_transfer_rate/{rule}"] = lambda s, r=rule, of=rule_of: (float(s.transferred and of(s) == r),
+                                                                                  float(of(s) == r))
+        for o in Outcome:
+            out[f"{prefix}_outcome/{o.value}"] = lambda s, o=o, of=outcome_of_: (float(of(s) is o), 1.0)
+        for d in OutcomeDetail:
+            if d.value not in {o.value for o in Outcome}:  # the correct classes are above
+                out[f"{prefix}_outcome/{d.value}"] = lambda s, d=d, of=detail_of: (float(of(s) is d), 1.0)
+    return out
+
+
 def _difference(boot_a: _TaskSums, boot_b: _TaskSums, ratio: Ratio) -> Difference:
     (num_a, den_a), (num_b, den_b) = boot_a.sums(ratio), boot_b.sums(ratio)
-    if not (den_a.sum() and den_b.sum()):
-        return Difference(a=None, b=None, diff=None, lo=None, hi=None)
-    a, b = num_a.sum() / den_a.sum(), num_b.sum() / den_b.sum()
+    a = float(num_a.sum() / den_a.sum()) if den_a.sum() else None
+    b = float(num_b.sum() / den_b.sum()) if den_b.sum() else None
+    if a is None or b is None:  # e.g. the precision of a side that never transferred: no difference
+        return Difference(a=a, b=b, diff=None, lo=None, hi=None)
     lo, hi = _percentiles(boot_a.replicates(num_a, den_a) - boot_b.replicates(num_b, den_b))
     return Difference(a=a, b=b, diff=a - b, lo=lo, hi=hi)
 
