@@ -107,7 +107,7 @@ SECTIONS = [
     ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details, lambda k: {}),
     ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
      lambda k: {}),
-    ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {}),
+    ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {"initiator": k}),
     ("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
      "checkpoints is the agent provoking it)", _user_simulator, lambda k: {}),
     ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,

@@ -41,8 +41,8 @@ TRAINING_STEP_METRIC = "eval/step"
 BEST = "best"
 TABLE_COLUMNS = ["checkpoint", "step", "domain", "task_id", "trial", "rule", "should_transfer", "transferred",
                  "outcome", "handoff_turn", "reward", "tau2_reward", "violations", "format_errors", "termination",
-                 "turns", "transcript", "episode_should_transfer", "initiator", "user_request_turn", "agent_offer_turn",
-                 "user_request_offscript"]
+                 "turns", "episode_should_transfer", "initiator", "user_request_turn", "agent_offer_turn",
+                 "user_request_offscript", "transcript"]
 TRANSCRIPTS = 200
 """Default of `logger.transcripts`: a checkpoint's episode table holds the transcript of every
 episode when it has at most this many, else of its first this many whose hand-off is not correct."""
@@ -216,9 +216,9 @@ def episode_rows(reduction: Reduction, checkpoint: str, domain: str, transcripts
                         s.transferred, s.outcome.value, s.handoff_turn, s.reward, s.tau2_reward,
                         ",".join(_value(v.rule) for v in s.violations),
                         ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
-                        s.n_assistant_turns, None if transcript is None else html(transcript),
-                        s.episode_should_transfer, _value(s.handoff_initiator) if s.handoff_initiator else None,
-                        s.user_request_turn, s.agent_offer_turn, s.user_request_offscript])
+                        s.n_assistant_turns, s.episode_should_transfer,
+                        _value(s.handoff_initiator) if s.handoff_initiator else None, s.user_request_turn,
+                        s.agent_offer_turn, s.user_request_offscript, None if transcript is None else html(transcript)])
     return out
 
 

@@ -86,13 +86,20 @@ def offers_transfer(text: str | None) -> bool:
     return False
 
 
+def request_message(traj: Trajectory) -> int | None:
+    """The index in `messages` of the first user request before the hand-off."""
+    return next((i for i, m in _before_handoff(traj) if m.role == "user" and requests_human(m.content)), None)
+
+
+def offer_message(traj: Trajectory) -> int | None:
+    """The index in `messages` of the first agent offer before the hand-off."""
+    return next((i for i, m in _before_handoff(traj)
+                 if m.role == "assistant" and not m.tool_calls and offers_transfer(m.content)), None)
+
+
 def attribute(traj: Trajectory) -> Attribution:
     """The first user request and agent offer before the hand-off, and who initiated it."""
-    at = transfer_message(traj)
-    before = traj.messages[: len(traj.messages) if at is None else at]
-    request = next((i for i, m in enumerate(before) if m.role == "user" and requests_human(m.content)), None)
-    offer = next((i for i, m in enumerate(before) if m.role == "assistant" and not m.tool_calls
-                  and offers_transfer(m.content)), None)
+    at, request, offer = transfer_message(traj), request_message(traj), offer_message(traj)
     return Attribution(
         user_request_turn=None if request is None else agent_turn_of(traj, request),
         agent_offer_turn=None if offer is None else agent_turn_of(traj, offer),
@@ -116,6 +123,11 @@ def agent_turn_of(traj: Trajectory, index: int) -> int:
     first_user = next((i for i, m in enumerate(traj.messages) if m.role == "user"), -1)
     done = sum(1 for t in traj.assistant_turns if first_user < t <= index)
     return max(1, done + (traj.messages[index].role != "assistant"))
+
+
+def _before_handoff(traj: Trajectory):
+    at = transfer_message(traj)
+    return enumerate(traj.messages[: len(traj.messages) if at is None else at])
 
 
 def _initiator(request: int | None, offer: int | None) -> Initiator:
