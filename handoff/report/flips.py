@@ -5,7 +5,8 @@ A task (domain, task id) both sides ran *flips* on hand-off correctness when the
 trials with a correct hand-off (handoff.rules.outcome: correct hand-off or correct no-transfer)
 differs between A and B, and separately on tau2 success when the share of its trials that tau2
 counts as successful differs, and on hand-off correctness under the episode label
-(`handoff_episode`: the task's label, or 1 after a user request). With one trial per task: correct in one, not in the other. A flip is
+(`handoff_episode`: the task's label, or 1 after a user request). With one trial per task:
+correct in one, not in the other. A flip is
 "better in A" when A's share is the higher. Each flip lists every trial's outcome on both sides.
 """
 
@@ -58,8 +59,8 @@ def _trial(s: EpisodeScore) -> TrialOutcome:
 
 
 def _share(trials: list[TrialOutcome], kind: Kind) -> float:
-    good = [t.tau2_success if kind == "tau2_success" else _outcome(t, kind) in ("correct_handoff", "correct_no_transfer")
-            for t in trials]
+    correct = ("correct_handoff", "correct_no_transfer")
+    good = [t.tau2_success if kind == "tau2_success" else _outcome(t, kind) in correct for t in trials]
     return sum(good) / len(good)
 
 

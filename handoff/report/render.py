@@ -84,7 +84,9 @@ def _any_or(field: str, key: str) -> dict:
 def _episode_label(m) -> dict[str, Interval]:
     """The hand-off headline under the episode label (docs/metrics.md, "Episode labels")."""
     h = m.handoff_episode
-    return {} if h is None else {"1 precision": h.precision, "2 recall": h.recall, "3 F1": h.f1, "4 accuracy": h.accuracy}
+    if h is None:
+        return {}
+    return {"1 precision": h.precision, "2 recall": h.recall, "3 F1": h.f1, "4 accuracy": h.accuracy}
 
 
 def _quality(m) -> dict[str, Interval]:
@@ -108,8 +110,8 @@ SECTIONS = [
     ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
      lambda k: {}),
     ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {"initiator": k}),
-    ("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
-     "checkpoints is the agent provoking it)", _user_simulator, lambda k: {}),
+    (("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
+      "checkpoints is the agent provoking it)"), _user_simulator, lambda k: {}),
     ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,
      lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
     ("Agent turns from the known need (turn 1, or the user's request) to the hand-off, by episode rule (median)",

@@ -102,11 +102,11 @@ def _asked(ep: ScoredEpisode, traj: Trajectory) -> list[tuple[int, str]]:
     request, offer = request_message(traj), offer_message(traj)
     if request is not None:
         drift = "; off script: the task's scenario never mentions a human" if s.user_request_offscript else ""
-        out.append((request, f"<div class='finding request' data-kind='request'>&#9995; user request for a human "
-                             f"(answered at agent turn {s.user_request_turn}){drift}</div>"))
+        out.append((request, (f"<div class='finding request' data-kind='request'>&#9995; user request for a human "
+                              f"(answered at agent turn {s.user_request_turn}){drift}</div>")))
     if offer is not None:
-        out.append((offer, f"<div class='finding offer' data-kind='offer'>&#9758; agent offer of a transfer "
-                           f"(agent turn {s.agent_offer_turn})</div>"))
+        out.append((offer, (f"<div class='finding offer' data-kind='offer'>&#9758; agent offer of a transfer "
+                            f"(agent turn {s.agent_offer_turn})</div>")))
     return out
 
 
@@ -145,10 +145,10 @@ def _outcome_section(ep: ScoredEpisode, record: EpisodeRecord, traj: Trajectory)
                                       f"{escape(str(info.get(TERMINATION_DETAIL_INFO_KEY, '')))}"))
     initiator = s.handoff_initiator.value if s.handoff_initiator else "none (no hand-off)"
     ended = "; the user ended with ###TRANSFER### before any transfer call" if s.user_ended_for_transfer else ""
-    rows.append(("hand-off", f"initiator <code>{initiator}</code>; episode label should_transfer = "
-                             f"{s.episode_should_transfer} (<code>{escape(s.episode_rule)}</code>), outcome "
-                             f"<code>{s.outcome_detail()}</code> by the task label, "
-                             f"<code>{s.outcome_detail(episode=True)}</code> by the episode label{ended}"))
+    rows.append(("hand-off", (f"initiator <code>{initiator}</code>; episode label should_transfer = "
+                              f"{s.episode_should_transfer} (<code>{escape(s.episode_rule)}</code>), outcome "
+                              f"<code>{s.outcome_detail().value}</code> by the task label, "
+                              f"<code>{s.outcome_detail(episode=True).value}</code> by the episode label{ended}")))
     rows.append(("tau2 reward", "not evaluated" if s.tau2_reward is None else f"{s.tau2_reward:g}"))
     breakdown = (sim.get("reward_info") or {}).get("reward_breakdown") or {}
     if breakdown:

@@ -27,9 +27,15 @@ from handoff.rules.trajectory import Trajectory
 
 USER_STOP_TRANSFER = "###TRANSFER###"  # tau2.user.base.TRANSFER: the user simulator ends, asking for a human
 
-_PERSON = r"(?:(?:real|live|actual)\s+(?:person|human)|human|humans|person|people|supervisor|supervisors|manager|managers|representative|rep|someone\s+(?:else|higher)|somebody\s+(?:else|higher)|anyone\s+else|anybody\s+else|higher[-\s]up|(?:human|live|real|another|other|different)\s+(?:customer\s+service\s+)?(?:agent|representative|rep))"
+_PERSON = (
+    r"(?:(?:real|live|actual)\s+(?:person|human)|human|humans|person|people|supervisor|supervisors|manager|managers"
+    r"|representative|rep|someone\s+(?:else|higher)|somebody\s+(?:else|higher)|anyone\s+else|anybody\s+else"
+    r"|higher[-\s]up|(?:human|live|real|another|other|different)\s+(?:customer\s+service\s+)?"
+    r"(?:agent|representative|rep))"
+)
 _FILLER = r"(?:\s+\S+){0,4}?"  # up to four words between the verb and its target
-_NEGATED = re.compile(r"\b(?:no|not|never|nor|without|rather\s+not|hold\s+off(?:\s+on)?|\w+n't|dont|cant|wont|didnt)\W+(?:\S+\W+){0,3}$")
+_NEGATED = re.compile(  # a negator within the four words before the end of the text
+    r"\b(?:no|not|never|nor|without|rather\s+not|hold\s+off(?:\s+on)?|\w+n't|dont|cant|wont|didnt)\W+(?:\S+\W+){0,3}$")
 
 _USER_REQUEST = re.compile(
     r"\b(?P<verb>(?:speak|talk|chat|transfer|transferred|transferring|connect|connected|put\s+me\s+through|pass\s+me|"

@@ -64,7 +64,8 @@ class OutcomeDetail(str, Enum):
     MISSED_NOT_ASKED = "missed_handoff_not_asked"
 
 
-_UNNEEDED_BY_INITIATOR = {"user": OutcomeDetail.UNNEEDED_AFTER_REQUEST, "agent_offer": OutcomeDetail.UNNEEDED_AFTER_OFFER,
+_UNNEEDED_BY_INITIATOR = {"user": OutcomeDetail.UNNEEDED_AFTER_REQUEST,
+                          "agent_offer": OutcomeDetail.UNNEEDED_AFTER_OFFER,
                           "agent": OutcomeDetail.UNNEEDED_UNPROMPTED}
 
 

@@ -11,10 +11,9 @@ reward and the label never disagree about whether a hand-off happened.
 from __future__ import annotations
 
 from pathlib import Path
-
-import yaml
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import ConfigError
@@ -153,7 +152,8 @@ class EpisodeScore(BaseModel):
     @property
     def episode_rule(self) -> str:
         """The label rule under the episode label: the task's, or `user_request` where a request made it 1."""
-        return self.label.rule if self.episode_should_transfer == self.label.should_transfer else EPISODE_RULE_USER_REQUEST
+        flipped = self.episode_should_transfer != self.label.should_transfer
+        return EPISODE_RULE_USER_REQUEST if flipped else self.label.rule
 
     def outcome_detail(self, episode: bool = False) -> str:
         """The outcome class with unneeded and missed hand-offs split by who asked (outcome_detail)."""
