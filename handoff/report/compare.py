@@ -98,16 +98,17 @@ def _num(x: float | None) -> str:
 
 def format_table(cmp: Comparison, html: Path | None = None) -> str:
     r = cmp.result
+    width = max(34, *map(len, r.metrics))
     lines = [f"A = {cmp.a}   B = {cmp.b}",
              f"{r.n_tasks} shared tasks ({r.n_episodes_a} episodes in A, {r.n_episodes_b} in B)",
              *(["warning: A and B were scored with different reward weights or labels"]
                if cmp.side_a.scoring != cmp.side_b.scoring else []),
-             "", f"{'metric':34} {'A':>9} {'B':>9} {'A-B':>9}  {'95% interval':>21}  significant"]
+             "", f"{'metric':{width}} {'A':>9} {'B':>9} {'A-B':>9}  {'95% interval':>21}  significant"]
     for name, d in r.metrics.items():
         a = "n/a" if d.a is None else f"{d.a:.4f}"
         b = "n/a" if d.b is None else f"{d.b:.4f}"
         interval = f"[{_num(d.lo)}, {_num(d.hi)}]"
-        lines.append(f"{name:34} {a:>9} {b:>9} {_num(d.diff):>9}  {interval:>21}  "
+        lines.append(f"{name:{width}} {a:>9} {b:>9} {_num(d.diff):>9}  {interval:>21}  "
                      f"{'yes' if cmp.significant[name] else 'no'}")
     lines.append("")
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):

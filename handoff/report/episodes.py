@@ -30,7 +30,8 @@ from handoff.rundir import RunDir
 from handoff.scoring import ScoredEpisode
 
 INDEX = "episodes/index.html"  # relative to report/
-FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination")
+FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator")
+NO_HANDOFF = "none"  # the initiator filter's value for an episode without a hand-off
 TRANSFERRED = "|".join(o.value for o in Outcome if o.transferred)
 SHOULD_TRANSFER = "|".join(o.value for o in Outcome if o.should_transfer)
 NOT_CORRECT_NO_TRANSFER = "|".join(o.value for o in Outcome if o is not Outcome.CORRECT_NO_TRANSFER)
@@ -99,7 +100,8 @@ def index_row(shard: str, ep: ScoredEpisode) -> list:
     return [s.task_id, ep.trial, s.label.rule, s.outcome.value, s.handoff_turn,
             " ".join(sorted({v.rule.value for v in s.violations})),
             " ".join(sorted({f.kind.value for f in s.format_errors})), s.termination_reason,
-            s.tau2_reward, round(s.reward, 4), episode_href(shard, ep)]
+            s.tau2_reward, round(s.reward, 4), episode_href(shard, ep),
+            s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF]
 
 
 def write_index(run: RunDir, reduction: Reduction) -> Path:
@@ -136,6 +138,7 @@ def _options(reduction: Reduction) -> dict[str, list[str]]:
         "violation": ["any", "none", *(r.value for r in RuleId)],
         "format": ["any", "none", *(k.value for k in FormatKind)],
         "termination": sorted({e.score.termination_reason for e in eps}),
+        "initiator": ["user", "agent_offer", "agent", NO_HANDOFF],
     }
 
 
@@ -165,9 +168,9 @@ th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 <script>const META = __META__;</script>
 <script>
 "use strict";
-const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination"];
+const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator"];
 const COLS = [["checkpoint", "checkpoint"], ["step", "step"], ["domain", "domain"], ["task", "task"],
-  ["trial", "trial"], ["rule", "label rule"], ["outcome", "outcome"], ["turn", "hand-off turn"],
+  ["trial", "trial"], ["rule", "label rule"], ["outcome", "outcome"], ["turn", "hand-off turn"], ["initiator", "initiator"],
   ["violations", "violations"], ["formats", "format errors"], ["termination", "termination"],
   ["tau2", "tau2 reward"], ["reward", "reward"]];
 const PAGE = 100;
@@ -176,7 +179,7 @@ function handoffRows(id, data) {
   const at = META.slices.findIndex(x => x.id === id), s = META.slices[at];
   data.forEach((r, i) => rows.push({order: at * 1e7 + i, checkpoint: s.checkpoint, step: s.step, domain: s.domain, task: r[0],
     trial: r[1], rule: r[2], outcome: r[3], turn: r[4], violations: r[5], formats: r[6], termination: r[7],
-    tau2: r[8], reward: r[9], href: r[10]}));
+    tau2: r[8], reward: r[9], href: r[10], initiator: r[11]}));
   loaded[id] = true;
 }
 const params = () => new URLSearchParams(location.hash.slice(1));
@@ -188,7 +191,7 @@ function hasFinding(list, wanted) {
   return list.split(" ").includes(wanted);
 }
 function matches(r, p) {
-  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination"]) if (!oneOf(r[f], p.get(f))) return false;
+  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator"]) if (!oneOf(r[f], p.get(f))) return false;
   if (!hasFinding(r.violations, p.get("violation")) || !hasFinding(r.formats, p.get("format"))) return false;
   const t = p.get("tau2_min"), w = p.get("reward_min");
   if (t && !(r.tau2 !== null && r.tau2 >= +t)) return false;

@@ -4,7 +4,9 @@
 A task (domain, task id) both sides ran *flips* on hand-off correctness when the share of its
 trials with a correct hand-off (handoff.rules.outcome: correct hand-off or correct no-transfer)
 differs between A and B, and separately on tau2 success when the share of its trials that tau2
-counts as successful differs. With one trial per task: correct in one, not in the other. A flip is
+counts as successful differs, and on hand-off correctness under the episode label
+(`handoff_episode`: the task's label, or 1 after a user request). With one trial per task:
+correct in one, not in the other. A flip is
 "better in A" when A's share is the higher. Each flip lists every trial's outcome on both sides.
 """
 
@@ -25,13 +27,16 @@ from handoff.rules import EpisodeScore
 from handoff.rundir import RunDir
 from handoff.scoring import Scorer
 
-Kind = Literal["handoff", "tau2_success"]
+Kind = Literal["handoff", "handoff_episode", "tau2_success"]
+TITLES = {"handoff": "hand-off correctness", "handoff_episode": "hand-off correctness (episode label)",
+          "tau2_success": "tau2 success"}
 SHOWN = 5  # flips listed in the terminal table, per kind
 
 
 class TrialOutcome(BaseModel):
     trial: int | None
     outcome: str
+    episode_outcome: str | None = None  # against the episode label (docs/metrics.md, "Episode labels")
     handoff_turn: int | None
     tau2_reward: float | None
     tau2_success: bool
@@ -48,14 +53,19 @@ class Flip(BaseModel):
 
 
 def _trial(s: EpisodeScore) -> TrialOutcome:
-    return TrialOutcome(trial=s.trial, outcome=s.outcome.value, handoff_turn=s.handoff_turn,
+    return TrialOutcome(trial=s.trial, outcome=s.outcome.value, episode_outcome=s.episode_outcome.value,
+                        handoff_turn=s.handoff_turn,
                         tau2_reward=s.tau2_reward, tau2_success=is_successful(s.tau2_reward or 0.0))
 
 
 def _share(trials: list[TrialOutcome], kind: Kind) -> float:
-    good = [t.tau2_success if kind == "tau2_success" else t.outcome in ("correct_handoff", "correct_no_transfer")
-            for t in trials]
+    correct = ("correct_handoff", "correct_no_transfer")
+    good = [t.tau2_success if kind == "tau2_success" else _outcome(t, kind) in correct for t in trials]
     return sum(good) / len(good)
+
+
+def _outcome(t: TrialOutcome, kind: Kind) -> str | None:
+    return t.episode_outcome if kind == "handoff_episode" else t.outcome
 
 
 def _by_task(scores: list[EpisodeScore]) -> dict[tuple[str, str], list[EpisodeScore]]:
@@ -69,7 +79,7 @@ def find_flips(a_scores: list[EpisodeScore], b_scores: list[EpisodeScore]) -> li
     """Every flip of both kinds on the tasks both sides ran, by kind, domain and task id."""
     a_tasks, b_tasks = _by_task(a_scores), _by_task(b_scores)
     flips = []
-    for kind in ("handoff", "tau2_success"):
+    for kind in TITLES:
         for key in sorted(a_tasks.keys() & b_tasks.keys()):
             a = [_trial(s) for s in sorted(a_tasks[key], key=lambda s: s.trial or 0)]
             b = [_trial(s) for s in sorted(b_tasks[key], key=lambda s: s.trial or 0)]
@@ -83,13 +93,13 @@ def find_flips(a_scores: list[EpisodeScore], b_scores: list[EpisodeScore]) -> li
 def _outcomes(trials: list[TrialOutcome], kind: Kind) -> str:
     if kind == "tau2_success":
         return " ".join("success" if t.tau2_success else "fail" for t in trials)
-    return " ".join(t.outcome for t in trials)
+    return " ".join(str(_outcome(t, kind)) for t in trials)
 
 
 def summary(flips: list[Flip], where: str) -> list[str]:
     """The terminal table's end: flips each way per kind, the first few, and where to read them."""
     lines = []
-    for kind, title in (("handoff", "hand-off correctness"), ("tau2_success", "tau2 success")):
+    for kind, title in TITLES.items():
         of_kind = [f for f in flips if f.kind == kind]
         better_a = sum(f.better == "A" for f in of_kind)
         lines.append(f"Flips in {title}: {len(of_kind)} tasks ({better_a} better in A, "
@@ -118,10 +128,9 @@ def write_flips_page(path: str | Path, side_a, side_b, flips: list[Flip]) -> Pat
     b = _transcripts(side_b.run_dir, side_b.checkpoint, tasks)
     sections, seen, label_a, label_b = [], set(), escape(side_a.label), escape(side_b.label)
     for f in flips:
-        titles = {"handoff": "hand-off correctness", "tau2_success": "tau2 success"}
         head = (f"<h2 class='flip' data-kind='{f.kind}'>{escape(f.domain)} task {escape(f.task_id)} ({escape(f.rule)}): "
-                f"{titles[f.kind]} better in {f.better}</h2>")
-        if (f.domain, f.task_id) in seen:  # both kinds flipped: the transcripts are above
+                f"{TITLES[f.kind]} better in {f.better}</h2>")
+        if (f.domain, f.task_id) in seen:  # several kinds flipped: the transcripts are above
             sections.append(head + "<p>(transcripts above)</p>")
             continue
         seen.add((f.domain, f.task_id))

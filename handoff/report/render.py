@@ -81,13 +81,43 @@ def _any_or(field: str, key: str) -> dict:
     return {field: "any" if key == ANY else key}
 
 
+def _episode_label(m) -> dict[str, Interval]:
+    """The hand-off headline under the episode label (docs/metrics.md, "Episode labels")."""
+    h = m.handoff_episode
+    if h is None:
+        return {}
+    return {"1 precision": h.precision, "2 recall": h.recall, "3 F1": h.f1, "4 accuracy": h.accuracy}
+
+
+def _quality(m) -> dict[str, Interval]:
+    return {k: v for k, v in (("after a write", m.handoff_after_write),
+                              ("summary names the ids", m.handoff_summary_complete)) if v is not None}
+
+
+def _user_simulator(m) -> dict[str, Interval]:
+    return {k: v for k, v in (("user_request_offscript", m.user_request_offscript),
+                              ("user_ended_for_transfer", m.user_ended_for_transfer)) if v is not None}
+
+
 # Tables per key: title, the dict picked from a slice's metrics, the index filter of a key (and the
 # digits shown, default 3).
 SECTIONS = [
     ("Outcome classes (docs/metrics.md)", lambda m: m.outcomes, lambda k: {"outcome": k}),
     ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
+    ("Hand-off under the episode label (the task's, or 1 after a user request; docs/metrics.md)", _episode_label,
+     lambda k: {}),
+    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details, lambda k: {}),
+    ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
+     lambda k: {}),
+    ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {"initiator": k}),
+    (("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
+      "checkpoints is the agent provoking it)"), _user_simulator, lambda k: {}),
     ("Agent turn of the hand-off by label rule (median, 95% interval)", lambda m: m.handoff_turn_by_rule,
      lambda k: {"rule": None if k == ANY else k, "outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
+    ("Agent turns from the known need (turn 1, or the user's request) to the hand-off, by episode rule (median)",
+     lambda m: m.handoff_delay_by_rule, lambda k: {"outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
+    ("Hand-off quality: needed hand-offs made after a write; hand-off summaries naming the user and the ids",
+     _quality, lambda k: {"outcome": pages.TRANSFERRED}),
     ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),
     ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns,
      lambda k: _any_or("format", k)),

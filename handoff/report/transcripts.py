@@ -12,6 +12,7 @@ from html import escape
 
 from handoff.records import EpisodeRecord, read_shard
 from handoff.rules import Trajectory
+from handoff.rules.attribution import offer_message, request_message
 from handoff.rules.basis import RULE_BASIS
 from handoff.rules.events import TERMINATION_DETAIL_INFO_KEY, TERMINATION_INFO_KEY
 from handoff.rules.outcome import transfer_message
@@ -32,7 +33,7 @@ CSS = """
 .ep .call{font-family:monospace;font-size:12.5px;background:#fff;border:1px solid #ddd;padding:2px 4px;margin:2px 0}
 .ep .finding{font-size:13px;font-weight:600;padding:2px 6px;margin:3px 0;border-radius:3px}
 .ep .violation{background:#fde2e1;color:#8a1010}.ep .format{background:#fff0c2;color:#6b4e00}
-.ep .transfer{background:#dceeff;color:#0b4a85}.ep .basis{font-weight:400;font-style:italic}
+.ep .transfer{background:#dceeff;color:#0b4a85}.ep .request,.ep .offer{background:#eadcff;color:#4b1d8a}.ep .basis{font-weight:400;font-style:italic}
 .ep .badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:13px}
 .ep .correct_handoff,.ep .correct_no_transfer{background:#2f8f46}
 .ep .missed_handoff,.ep .unneeded_handoff{background:#c0392b}
@@ -79,6 +80,8 @@ def _findings(ep: ScoredEpisode, traj: Trajectory, format_details: dict) -> dict
         at.setdefault(transfer, []).append(
             f"<div class='finding transfer' data-kind='transfer'>&#8644; hand-off: transfer_to_human_agents at agent "
             f"turn {ep.score.handoff_turn}</div>")
+    for where, html in _asked(ep, traj):
+        at.setdefault(where, []).append(html)
     for v in ep.score.violations:
         basis = "; ".join(f"{c.source}: &ldquo;{escape(c.quote)}&rdquo;" for c in RULE_BASIS.get(v.rule, ())
                           if c.source.startswith(f"{ep.score.domain}/"))
@@ -91,6 +94,20 @@ def _findings(ep: ScoredEpisode, traj: Trajectory, format_details: dict) -> dict
             f"<div class='finding format' data-kind='format' data-rule='{f.kind.value}'>&#9888; format error "
             f"<code>{f.kind.value}</code>{': ' + escape(detail) if detail else ''}</div>")
     return at
+
+
+def _asked(ep: ScoredEpisode, traj: Trajectory) -> list[tuple[int, str]]:
+    """The first user request and agent offer before the hand-off (handoff.rules.attribution)."""
+    s, out = ep.score, []
+    request, offer = request_message(traj), offer_message(traj)
+    if request is not None:
+        drift = "; off script: the task's scenario never mentions a human" if s.user_request_offscript else ""
+        out.append((request, (f"<div class='finding request' data-kind='request'>&#9995; user request for a human "
+                              f"(answered at agent turn {s.user_request_turn}){drift}</div>")))
+    if offer is not None:
+        out.append((offer, (f"<div class='finding offer' data-kind='offer'>&#9758; agent offer of a transfer "
+                            f"(agent turn {s.agent_offer_turn})</div>")))
+    return out
 
 
 def _message(index: int, msg, findings: list[str]) -> str:
@@ -126,6 +143,12 @@ def _outcome_section(ep: ScoredEpisode, record: EpisodeRecord, traj: Trajectory)
     if info.get(TERMINATION_INFO_KEY) or info.get(TERMINATION_DETAIL_INFO_KEY):
         rows.append(("internal stop", f"<code>{escape(str(info.get(TERMINATION_INFO_KEY, '')))}</code> "
                                       f"{escape(str(info.get(TERMINATION_DETAIL_INFO_KEY, '')))}"))
+    initiator = s.handoff_initiator.value if s.handoff_initiator else "none (no hand-off)"
+    ended = "; the user ended with ###TRANSFER### before any transfer call" if s.user_ended_for_transfer else ""
+    rows.append(("hand-off", (f"initiator <code>{initiator}</code>; episode label should_transfer = "
+                              f"{s.episode_should_transfer} (<code>{escape(s.episode_rule)}</code>), outcome "
+                              f"<code>{s.outcome_detail().value}</code> by the task label, "
+                              f"<code>{s.outcome_detail(episode=True).value}</code> by the episode label{ended}")))
     rows.append(("tau2 reward", "not evaluated" if s.tau2_reward is None else f"{s.tau2_reward:g}"))
     breakdown = (sim.get("reward_info") or {}).get("reward_breakdown") or {}
     if breakdown:

@@ -41,7 +41,8 @@ TRAINING_STEP_METRIC = "eval/step"
 BEST = "best"
 TABLE_COLUMNS = ["checkpoint", "step", "domain", "task_id", "trial", "rule", "should_transfer", "transferred",
                  "outcome", "handoff_turn", "reward", "tau2_reward", "violations", "format_errors", "termination",
-                 "turns", "transcript"]
+                 "turns", "episode_should_transfer", "initiator", "user_request_turn", "agent_offer_turn",
+                 "user_request_offscript", "transcript"]
 TRANSCRIPTS = 200
 """Default of `logger.transcripts`: a checkpoint's episode table holds the transcript of every
 episode when it has at most this many, else of its first this many whose hand-off is not correct."""
@@ -129,6 +130,28 @@ def metric_values(m: Metrics) -> dict[str, float]:
             _put(out, f"pass_hat_k/{k}", iv)
     for name in ("tau2_reward", "tau2_success", "reward", "assistant_turns", "completion_tokens"):
         _put(out, name, getattr(m, name))
+    return out | attributed_values(m)
+
+
+def attributed_values(m: Metrics) -> dict[str, float]:
+    """The keys under the episode label, of who asked for the human, and of the user simulator
+    (docs/metrics.md, "Episode labels"); none for a reduction made before they existed."""
+    out: dict[str, float] = {}
+    if m.handoff_episode is not None:
+        for name in ("precision", "recall", "f1", "accuracy"):
+            _put(out, f"handoff_episode/{name}", getattr(m.handoff_episode, name))
+    for prefix, ivs in (("outcome_episode", m.outcomes_episode), ("outcome_detail", m.outcome_details),
+                        ("outcome_detail_episode", m.outcome_details_episode),
+                        ("transfer_rate_episode", m.transfer_rate_by_episode_rule), ("initiator", m.handoff_initiator),
+                        ("handoff_delay", m.handoff_delay_by_rule)):
+        for key, iv in ivs.items():
+            _put(out, f"{prefix}/{key}", iv)
+    for name in ("user_request_offscript", "user_ended_for_transfer"):
+        if getattr(m, name) is not None:
+            _put(out, f"user_simulator/{name}", getattr(m, name))
+    for name in ("handoff_after_write", "handoff_summary_complete"):
+        if getattr(m, name) is not None:
+            _put(out, name, getattr(m, name))
     return out
 
 
@@ -193,7 +216,9 @@ def episode_rows(reduction: Reduction, checkpoint: str, domain: str, transcripts
                         s.transferred, s.outcome.value, s.handoff_turn, s.reward, s.tau2_reward,
                         ",".join(_value(v.rule) for v in s.violations),
                         ",".join(_value(f.kind) for f in s.format_errors), _value(s.termination_reason),
-                        s.n_assistant_turns, None if transcript is None else html(transcript)])
+                        s.n_assistant_turns, s.episode_should_transfer,
+                        _value(s.handoff_initiator) if s.handoff_initiator else None, s.user_request_turn,
+                        s.agent_offer_turn, s.user_request_offscript, None if transcript is None else html(transcript)])
     return out
 
 

@@ -5,6 +5,7 @@ docs/metrics.md (handoff.rules.metrics). Imports pydantic and tau2 only; no I/O 
 trajectory or weights file on request.
 """
 
+from handoff.rules.attribution import Attribution, Initiator, attribute, offers_transfer, requests_human
 from handoff.rules.context import DomainTools, TaskContext, UnknownDomain
 from handoff.rules.events import FormatEvent, FormatKind
 from handoff.rules.formats import FormatError, format_errors
@@ -20,11 +21,13 @@ from handoff.rules.trajectory import (
 from handoff.rules.violations import RuleId, Violation, violations
 
 __all__ = [
+    "Attribution",
     "DomainTools",
     "EpisodeScore",
     "FormatError",
     "FormatEvent",
     "FormatKind",
+    "Initiator",
     "Label",
     "Outcome",
     "RewardWeights",
@@ -34,10 +37,13 @@ __all__ = [
     "TrajectoryLoadError",
     "UnknownDomain",
     "Violation",
+    "attribute",
     "format_errors",
     "handoff_turn",
     "load_trajectories",
+    "offers_transfer",
     "outcome_of",
+    "requests_human",
     "score_episode",
     "transferred",
     "violations",

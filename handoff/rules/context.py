@@ -53,12 +53,14 @@ class DomainTools:
 @dataclass(frozen=True)
 class TaskContext:
     """The domain's tools and the task's reference actions (None: the task defines none, so
-    off_reference_write cannot be judged; empty: the reference solution makes no call)."""
+    off_reference_write cannot be judged; empty: the reference solution makes no call), and the
+    user simulator's scenario text (None: no task)."""
 
     domain: str
     tools: DomainTools
     task_id: str | None = None
     reference_actions: tuple[Action, ...] | None = None
+    user_scenario: str | None = None
 
     @classmethod
     def for_task(cls, domain: str, task: Task | None) -> TaskContext:
@@ -66,7 +68,7 @@ class TaskContext:
         if task is None:
             return cls(domain, tools)
         actions = task.evaluation_criteria.actions if task.evaluation_criteria is not None else None
-        return cls(domain, tools, task.id, None if actions is None else tuple(actions))
+        return cls(domain, tools, task.id, None if actions is None else tuple(actions), str(task.user_scenario))
 
     def matches_reference(self, call: Call) -> bool:
         """tau2's own comparison (Action.compare_with_tool_call), as its action evaluator uses it."""

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 
 from handoff.rules.events import FormatKind
-from handoff.rules.outcome import Outcome
+from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
 from handoff.rules.violations import RuleId
 
@@ -75,6 +75,19 @@ class Metrics(BaseModel):
     assistant_turns: Interval
     completion_tokens: Interval
     n_unevaluated: int
+    # Under the episode label (EpisodeScore.episode_should_transfer; docs/metrics.md, "Episode labels")
+    # and who asked for the human (handoff.rules.attribution).
+    handoff_episode: HandoffMetrics | None = None
+    outcomes_episode: dict[str, Interval] = {}
+    outcome_details: dict[str, Interval] = {}
+    outcome_details_episode: dict[str, Interval] = {}
+    transfer_rate_by_episode_rule: dict[str, Interval] = {}
+    handoff_initiator: dict[str, Interval] = {}
+    user_ended_for_transfer: Interval | None = None
+    user_request_offscript: Interval | None = None  # the user simulator's, over the episodes whose scenario is known
+    handoff_delay_by_rule: dict[str, Interval] = {}  # median agent turns from the known need to the hand-off
+    handoff_after_write: Interval | None = None  # hand-offs with episode label 1 made after a write
+    handoff_summary_complete: Interval | None = None  # hand-offs whose summary names the ids touched
 
 
 class Difference(BaseModel):
@@ -114,15 +127,20 @@ def _cell(s: EpisodeScore) -> tuple[bool, bool]:
     return s.transferred, s.label.should_transfer
 
 
+def _episode_cell(s: EpisodeScore) -> tuple[bool, bool]:
+    return s.transferred, s.episode_should_transfer
+
+
 def _error_turns(s: EpisodeScore) -> int:
     """Turns with at least one format error."""
     return len({e.turn for e in s.format_errors})
 
 
-def _f1_terms(s: EpisodeScore) -> tuple[float, float]:
+def _f1_terms(s: EpisodeScore, cell: Callable[[EpisodeScore], tuple[bool, bool]] = _cell) -> tuple[float, float]:
     """F1 = 2TP / (2TP + FP + FN), summed episode by episode."""
-    tp = 2.0 * (_cell(s) == (True, True))
-    return tp, tp + (not s.correct_handoff)
+    transferred, should = cell(s)
+    tp = 2.0 * (transferred and should)
+    return tp, tp + (transferred != should)
 
 
 # Ratios shared by the metrics and the paired comparison.
@@ -131,6 +149,8 @@ RATIOS: dict[str, Ratio] = {
     "reward": lambda s: (s.reward, 1.0),
     "handoff_accuracy": lambda s: (float(s.correct_handoff), 1.0),
     "handoff_f1": _f1_terms,
+    "handoff_episode_accuracy": lambda s: (float(s.episode_correct_handoff), 1.0),
+    "handoff_episode_f1": lambda s: _f1_terms(s, _episode_cell),
     "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
     "format_errors_per_100_turns_any": lambda s: (100.0 * _error_turns(s), float(s.n_assistant_turns)),
     "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
@@ -195,6 +215,7 @@ def compute_metrics(
         assistant_turns=boot.interval(RATIOS["assistant_turns"]),
         completion_tokens=boot.interval(RATIOS["completion_tokens"]),
         n_unevaluated=sum(s.tau2_reward is None for s in scores),
+        **_attributed(scores, boot),
     )
 
 
@@ -204,13 +225,15 @@ def paired_difference(
     n_bootstrap: int = N_BOOTSTRAP,
     seed: int = SEED,
 ) -> PairedComparison:
-    """A - B for each RATIOS metric over the tasks both runs have, with a paired bootstrap (the
-    same resampled tasks for both runs) for the interval of the difference."""
+    """A - B for each RATIOS metric and every hand-off metric under both labels (handoff_ratios)
+    over the tasks both runs have, with a paired bootstrap (the same resampled tasks for both runs)
+    for the interval of the difference."""
     a_tasks, b_tasks = _by_task(a_scores), _by_task(b_scores)
     shared = sorted(a_tasks.keys() & b_tasks.keys())
     boot_a = _TaskSums({k: a_tasks[k] for k in shared}, n_bootstrap, seed)
     boot_b = _TaskSums({k: b_tasks[k] for k in shared}, n_bootstrap, seed)  # same seed: same resamples
-    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in RATIOS.items()}
+    ratios = RATIOS | handoff_ratios([s for k in shared for s in a_tasks[k] + b_tasks[k]])
+    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in ratios.items()}
     return PairedComparison(
         n_tasks=len(shared),
         n_episodes_a=sum(len(a_tasks[k]) for k in shared),
@@ -219,11 +242,34 @@ def paired_difference(
     )
 
 
+def handoff_ratios(scores: Sequence[EpisodeScore]) -> dict[str, Ratio]:
+    """Every hand-off metric as a ratio, under the task label (`handoff_...`) and the episode label
+    (`handoff_episode_...`): precision, recall, the transfer rate per label rule of these scores,
+    and the share of each outcome class and split class (accuracy and F1 are in RATIOS)."""
+    out: dict[str, Ratio] = {}
+    views = (("handoff", _cell, lambda s: s.label.rule, lambda s: s.outcome, lambda s: s.outcome_detail()),
+             ("handoff_episode", _episode_cell, lambda s: s.episode_rule, lambda s: s.episode_outcome,
+              lambda s: s.outcome_detail(episode=True)))
+    for prefix, cell, rule_of, outcome_of_, detail_of in views:
+        out[f"{prefix}_precision"] = lambda s, c=cell: (float(all(c(s))), float(c(s)[0]))
+        out[f"{prefix}_recall"] = lambda s, c=cell: (float(all(c(s))), float(c(s)[1]))
+        for rule in sorted({rule_of(s) for s in scores}):
+            out[f"{prefix}_transfer_rate/{rule}"] = lambda s, r=rule, of=rule_of: (float(s.transferred and of(s) == r),
+                                                                                  float(of(s) == r))
+        for o in Outcome:
+            out[f"{prefix}_outcome/{o.value}"] = lambda s, o=o, of=outcome_of_: (float(of(s) is o), 1.0)
+        for d in OutcomeDetail:
+            if d.value not in {o.value for o in Outcome}:  # the correct classes are above
+                out[f"{prefix}_outcome/{d.value}"] = lambda s, d=d, of=detail_of: (float(of(s) is d), 1.0)
+    return out
+
+
 def _difference(boot_a: _TaskSums, boot_b: _TaskSums, ratio: Ratio) -> Difference:
     (num_a, den_a), (num_b, den_b) = boot_a.sums(ratio), boot_b.sums(ratio)
-    if not (den_a.sum() and den_b.sum()):
-        return Difference(a=None, b=None, diff=None, lo=None, hi=None)
-    a, b = num_a.sum() / den_a.sum(), num_b.sum() / den_b.sum()
+    a = float(num_a.sum() / den_a.sum()) if den_a.sum() else None
+    b = float(num_b.sum() / den_b.sum()) if den_b.sum() else None
+    if a is None or b is None:  # e.g. the precision of a side that never transferred: no difference
+        return Difference(a=a, b=b, diff=None, lo=None, hi=None)
     lo, hi = _percentiles(boot_a.replicates(num_a, den_a) - boot_b.replicates(num_b, den_b))
     return Difference(a=a, b=b, diff=a - b, lo=lo, hi=hi)
 
@@ -243,23 +289,61 @@ def _percentiles(replicates: np.ndarray) -> tuple[float | None, float | None]:
     return float(lo), float(hi)
 
 
-def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums) -> HandoffMetrics:
-    cells = Counter(_cell(s) for s in scores)
+def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums, cell=_cell, f1: str = "handoff_f1") -> HandoffMetrics:
+    cells = Counter(cell(s) for s in scores)
     tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
     return HandoffMetrics(
         confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
         precision=wilson(tp, tp + fp),
         recall=wilson(tp, tp + fn),
-        f1=boot.interval(RATIOS["handoff_f1"]),
+        f1=boot.interval(RATIOS[f1]),
         accuracy=wilson(tp + tn, len(scores)),
     )
 
 
-def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
+def _transfer_rates(scores: Sequence[EpisodeScore], rule_of=lambda s: s.label.rule) -> dict[str, Interval]:
     by_rule: dict[str, list[bool]] = defaultdict(list)
     for s in scores:
-        by_rule[s.label.rule].append(s.transferred)
+        by_rule[rule_of(s)].append(s.transferred)
     return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+
+
+def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
+    """The hand-off metrics under the episode label, the outcome classes split by who asked, and the
+    share of hand-offs each initiator started (Metrics' fields from handoff_episode on)."""
+    details = Counter(s.outcome_detail() for s in scores)
+    episode_details = Counter(s.outcome_detail(episode=True) for s in scores)
+    episode_outcomes = Counter(s.episode_outcome for s in scores)
+    initiators = Counter(s.handoff_initiator for s in scores if s.handoff_initiator is not None)
+    n_transferred = sum(initiators.values())
+    known = [s for s in scores if s.user_request_offscript is not None]
+    return {
+        "handoff_episode": _handoff(scores, boot, _episode_cell, "handoff_episode_f1"),
+        "outcomes_episode": {o.value: wilson(episode_outcomes[o], len(scores)) for o in Outcome},
+        "outcome_details": {d.value: wilson(details[d], len(scores)) for d in OutcomeDetail},
+        "outcome_details_episode": {d.value: wilson(episode_details[d], len(scores)) for d in OutcomeDetail},
+        "transfer_rate_by_episode_rule": _transfer_rates(scores, lambda s: s.episode_rule),
+        "handoff_initiator": {i: wilson(initiators[i], n_transferred) for i in ("user", "agent_offer", "agent")},
+        "user_ended_for_transfer": wilson(sum(s.user_ended_for_transfer for s in scores), len(scores)),
+        "user_request_offscript": wilson(sum(bool(s.user_request_offscript) for s in known), len(known)),
+        **_handoff_quality(scores),
+    }
+
+
+def _handoff_quality(scores: Sequence[EpisodeScore]) -> dict:
+    """Timeliness (per episode rule and `any`) and quality of the hand-offs (handoff.rules.handoff_quality)."""
+    delays: dict[str, list[int]] = defaultdict(list)
+    for s in scores:
+        if s.handoff_delay is not None:
+            delays[s.episode_rule].append(s.handoff_delay)
+            delays[ANY].append(s.handoff_delay)
+    needed = [s for s in scores if s.transferred and s.episode_should_transfer and s.write_before_handoff is not None]
+    summaries = [s.summary_complete for s in scores if s.summary_complete is not None]
+    return {
+        "handoff_delay_by_rule": {rule: median_interval(d) for rule, d in sorted(delays.items())},
+        "handoff_after_write": wilson(sum(s.write_before_handoff for s in needed), len(needed)),
+        "handoff_summary_complete": wilson(sum(summaries), len(summaries)),
+    }
 
 
 def _outcomes(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:

@@ -46,6 +46,39 @@ def outcome_of(transferred: bool, should_transfer: bool) -> Outcome:
     return Outcome.MISSED_HANDOFF if should_transfer else Outcome.CORRECT_NO_TRANSFER
 
 
+EPISODE_RULE_USER_REQUEST = "user_request"
+"""The rule of an episode label that a user request turned to 1 on a task labelled 0."""
+
+
+class OutcomeDetail(str, Enum):
+    """The outcome classes with the wrong ones split by who asked for the human
+    (handoff.rules.attribution): an unneeded hand-off after a user request, after an agent offer or
+    unprompted; a missed one where the user asked (request refused) or not."""
+
+    CORRECT_HANDOFF = "correct_handoff"
+    CORRECT_NO_TRANSFER = "correct_no_transfer"
+    UNNEEDED_AFTER_REQUEST = "unneeded_handoff_after_user_request"
+    UNNEEDED_AFTER_OFFER = "unneeded_handoff_after_agent_offer"
+    UNNEEDED_UNPROMPTED = "unneeded_handoff_unprompted"
+    MISSED_REQUEST_REFUSED = "missed_handoff_request_refused"
+    MISSED_NOT_ASKED = "missed_handoff_not_asked"
+
+
+_UNNEEDED_BY_INITIATOR = {"user": OutcomeDetail.UNNEEDED_AFTER_REQUEST,
+                          "agent_offer": OutcomeDetail.UNNEEDED_AFTER_OFFER,
+                          "agent": OutcomeDetail.UNNEEDED_UNPROMPTED}
+
+
+def outcome_detail(outcome: Outcome, initiator: str | None, user_requested: bool) -> OutcomeDetail:
+    """`initiator`: handoff.rules.attribution's (user / agent_offer / agent); `user_requested`: a user
+    request came before the hand-off (anywhere, without one)."""
+    if outcome is Outcome.UNNEEDED_HANDOFF:
+        return _UNNEEDED_BY_INITIATOR[initiator or "agent"]
+    if outcome is Outcome.MISSED_HANDOFF:
+        return OutcomeDetail.MISSED_REQUEST_REFUSED if user_requested else OutcomeDetail.MISSED_NOT_ASKED
+    return OutcomeDetail(outcome.value)
+
+
 def transfer_message(traj: Trajectory) -> int | None:
     """The index in `messages` of the first transfer call, None without one."""
     return next((c.turn for c in traj.agent_calls if c.call.name == TRANSFER_TOOL), None)

@@ -11,16 +11,19 @@ reward and the label never disagree about whether a hand-off happened.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import ConfigError
+from handoff.rules.attribution import Initiator, attribute, offscript
 from handoff.rules.context import TaskContext
 from handoff.rules.events import FormatKind
 from handoff.rules.formats import FormatError, format_errors
+from handoff.rules.handoff_quality import handoff_quality
 from handoff.rules.label import Label
-from handoff.rules.outcome import Outcome, handoff_turn, outcome_of
+from handoff.rules.outcome import EPISODE_RULE_USER_REQUEST, Outcome, handoff_turn, outcome_detail, outcome_of
 from handoff.rules.trajectory import Trajectory, transferred
 from handoff.rules.violations import RuleId, Violation, violations
 
@@ -51,6 +54,8 @@ class RewardWeights(BaseModel):
     violations: dict[RuleId, float] = Field(description="penalty per violation (rule, turn)")
     format_errors: dict[FormatKind, float] = Field(description="penalty per format error (kind, turn)")
     max_penalty: float | None = Field(None, ge=0, description="cap on the summed penalties; null: none")
+    label: Literal["task", "episode"] = Field("task", description="what the hand-off term judges against: the "
+                                              "task's label, or the episode's (a user request makes it 1)")
 
     @model_validator(mode="after")
     def _complete(self) -> RewardWeights:
@@ -103,6 +108,28 @@ class EpisodeScore(BaseModel):
     handoff_turn: int | None = Field(None, description="agent turn of the first transfer call (handoff.rules.outcome)")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    user_request_turn: int | None = Field(None, description="agent turn answering the first user request of a "
+                                          "human before the hand-off (handoff.rules.attribution)")
+    agent_offer_turn: int | None = Field(None, description="agent turn of the first offer of a transfer before it")
+    handoff_initiator: Initiator | None = Field(None, description="user / agent_offer / agent; None: no hand-off")
+    user_ended_for_transfer: bool = Field(False, description="the user ended with ###TRANSFER###, the agent never "
+                                          "called the transfer tool (no hand-off by the spec)")
+    user_request_offscript: bool | None = Field(None, description="a user request although the task's scenario "
+                                                "never mentions a human (the user simulator's drift); None: "
+                                                "no scenario known")
+    handoff_delay: int | None = Field(None, description="agent turns from the known need (turn 1 for a task label "
+                                      "1, else the first user request) to the hand-off (handoff.rules.handoff_quality)")
+    write_before_handoff: bool | None = Field(None, description="a write attempted before the first transfer call")
+    summary_complete: bool | None = Field(None, description="the transfer summary names the user id and every "
+                                          "reservation / order id touched before it")
+    episode_should_transfer: bool = Field(None, description="the episode label: the task's, or true when the user "
+                                          "asked for a human before the hand-off (default: from the fields above)")
+
+    @model_validator(mode="after")
+    def _episode_label(self) -> EpisodeScore:
+        if self.episode_should_transfer is None:
+            self.episode_should_transfer = self.label.should_transfer or self.user_request_turn is not None
+        return self
 
     @property
     def correct_handoff(self) -> bool:
@@ -110,14 +137,39 @@ class EpisodeScore(BaseModel):
 
     @property
     def outcome(self) -> Outcome:
+        """Against the task's label (the spec's, the primary one)."""
         return outcome_of(self.transferred, self.label.should_transfer)
+
+    @property
+    def episode_outcome(self) -> Outcome:
+        """Against the episode's label."""
+        return outcome_of(self.transferred, self.episode_should_transfer)
+
+    @property
+    def episode_correct_handoff(self) -> bool:
+        return self.transferred == self.episode_should_transfer
+
+    @property
+    def episode_rule(self) -> str:
+        """The label rule under the episode label: the task's, or `user_request` where a request made it 1."""
+        flipped = self.episode_should_transfer != self.label.should_transfer
+        return EPISODE_RULE_USER_REQUEST if flipped else self.label.rule
+
+    def outcome_detail(self, episode: bool = False) -> str:
+        """The outcome class with unneeded and missed hand-offs split by who asked (outcome_detail)."""
+        outcome = self.episode_outcome if episode else self.outcome
+        return outcome_detail(outcome, self.handoff_initiator, self.user_request_turn is not None)
 
 
 def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: RewardWeights) -> EpisodeScore:
     found_violations = violations(traj, ctx)
     found_errors = format_errors(traj, ctx)
     did_transfer = transferred(traj)
-    terms = reward_terms(did_transfer, label, found_violations, found_errors, traj.tau2_reward, weights)
+    turn = handoff_turn(traj)
+    attribution = attribute(traj)
+    episode_should = label.should_transfer or attribution.user_request_turn is not None
+    judged = episode_should if weights.label == "episode" else label.should_transfer
+    terms = reward_terms(did_transfer, judged, found_violations, found_errors, traj.tau2_reward, weights)
     return EpisodeScore(
         task_id=traj.task_id,
         domain=traj.domain,
@@ -132,21 +184,26 @@ def score_episode(traj: Trajectory, label: Label, ctx: TaskContext, weights: Rew
         termination_reason=traj.termination_reason,
         n_assistant_turns=assistant_turn_count(traj, found_errors),
         n_messages=len(traj.messages),
-        handoff_turn=handoff_turn(traj),
+        handoff_turn=turn,
         prompt_tokens=traj.prompt_tokens,
         completion_tokens=traj.completion_tokens,
+        **attribution.model_dump(),
+        episode_should_transfer=episode_should,
+        user_request_offscript=offscript(attribution.user_request_turn, ctx.user_scenario),
+        **handoff_quality(traj, ctx, turn, label.should_transfer, attribution.user_request_turn).model_dump(),
     )
 
 
 def reward_terms(
     did_transfer: bool,
-    label: Label,
+    should_transfer: bool,
     found_violations: list[Violation],
     found_errors: list[FormatError],
     tau2_reward: float | None,
     weights: RewardWeights,
 ) -> RewardTerms:
-    """The reward's parts (ADR-004). A missing tau2 reward (not evaluated) counts as 0."""
+    """The reward's parts (ADR-004); `should_transfer` is the label `weights.label` names. A missing
+    tau2 reward (not evaluated) counts as 0."""
     violation_penalty = sum(weights.violations[v.rule] for v in found_violations)
     format_penalty = sum(weights.format_errors[e.kind] for e in found_errors)
     penalty = violation_penalty + format_penalty
@@ -154,7 +211,7 @@ def reward_terms(
         penalty = min(penalty, weights.max_penalty)
     return RewardTerms(
         task=weights.task * (tau2_reward or 0.0),
-        handoff=weights.handoff.of(did_transfer, label.should_transfer),
+        handoff=weights.handoff.of(did_transfer, should_transfer),
         violations=violation_penalty,
         format_errors=format_penalty,
         penalty=penalty,

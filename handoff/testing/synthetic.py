@@ -33,6 +33,7 @@ class Behavior:
     violation: float = 0.1
     format_error: float = 0.1
     success: float = 0.5
+    transfer: bool | None = None  # True / False: always / never transfer, whatever the label
 
 
 @lru_cache(maxsize=1)
@@ -95,6 +96,7 @@ def episode(model: str, step: int, domain: str, task_id: str, trial: int, behavi
     rng = _rng(seed, model, domain, task_id, trial)
     should = _labels()[(domain, task_id)].should_transfer
     transfer = should if rng.random() < behavior.correct_handoff else not should
+    transfer = transfer if behavior.transfer is None else behavior.transfer
     violate, format_error = rng.random() < behavior.violation, rng.random() < behavior.format_error
     reward = float(rng.random() < behavior.success and not violate)
     template, events, n_turns = _template(domain, transfer, violate, format_error)

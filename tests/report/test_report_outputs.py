@@ -58,6 +58,7 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
         row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | "
                f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}")
         assert row in md
+    assert "## Hand-off under the episode label" in md and "| user_ended_for_transfer | user_request_offscript |" in md
     html = RunPaths(run).report_html.read_text()
     assert "<table>" in html and "<h1>Hand-off report: synthetic</h1>" in html
     for name in ("confusion", "precision_recall", "rates"):

@@ -62,7 +62,8 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
             assert row["reward"] == pytest.approx(metrics.reward.value)
             assert {f"transfer_rate/{r}" for r in metrics.transfer_rate_by_rule} <= set(row)
             assert {"handoff/precision", "handoff/recall", "tau2_reward", "violation_rate/any",
-                    "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo"} <= set(row)
+                    "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo", "handoff_episode/recall",
+                    "outcome_detail/unneeded_handoff_unprompted", "user_simulator/user_request_offscript"} <= set(row)
             assert not any(k.startswith("pass_hat_k/") for k in row)  # one trial
             assert row["episodes/_type"] == "table-file"
         assert {(m.name, m.glob_name, m.step_metric) for m in logged["metrics"]} >= \
@@ -82,6 +83,8 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
         for path in tables:
             table = json.loads(path.read_text())
             assert table["columns"] == TABLE_COLUMNS and len(table["data"]) == len(tasks[domain])
+            col = {name: i for i, name in enumerate(TABLE_COLUMNS)}  # a synthetic user never asks: "agent"
+            assert {(r[col["transferred"]], r[col["initiator"]]) for r in table["data"]} <= {(True, "agent"), (False, None)}
             assert len({(row[0], row[1], row[2]) for row in table["data"]}) == 1  # checkpoint, step, domain
         _every_transcript_in_the_tables(logged)
 

@@ -74,6 +74,7 @@ def test_shell_completion_through_handoff():
     ("python -m handoff.sweep", "reward.task=abc", "reward.task: Input should be a valid number"),
     ("handoff sweep", "+reward.violations.no_such_rule=1", "reward.violations.no_such_rule.[key]: Input should be"),
     ("handoff sweep", "reward.max_penalty=-1", "reward.max_penalty: Input should be greater than or equal to 0"),
+    ("handoff sweep", "reward.label=user", "reward.label: Input should be 'task' or 'episode'"),
     ("handoff sweep", "model.smollm2.sampling.max_tokens=8192", "model.smollm2: Value error, sampling.max_tokens"),
     ("handoff sweep", "tasks.ids=[no_such_task]", "tasks.ids: no selected domain (airline, retail) has task"),
     ("python -m handoff.sweep", "tasks.ids={airline:[0],retail:[no_such_task]}",

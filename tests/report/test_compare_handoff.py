@@ -1,0 +1,37 @@
+"""`handoff compare` pairs every hand-off metric under both labels (docs/reports.md, "Compare"): an
+agent that always transfers against one that never does, over the same tasks."""
+
+from __future__ import annotations
+
+import json
+
+from handoff.cli import main
+from handoff.rules.outcome import Outcome
+from handoff.testing.synthetic import Behavior, sample_tasks, write_run
+
+CHECKPOINTS = {"always": (100, Behavior(transfer=True)), "never": (200, Behavior(transfer=False))}
+
+
+def test_always_against_never_transfer_pairs_every_handoff_metric(tmp_path, capsys):
+    tasks = sample_tasks(1, domains=("airline",))
+    run = write_run(tmp_path / "run", CHECKPOINTS, tasks, shard_size=20)
+    assert main(["compare", str(run), "--a", "always", "--b", "never", "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    metrics, significant = cmp["result"]["metrics"], cmp["significant"]
+    for label in ("handoff", "handoff_episode"):
+        recall = metrics[f"{label}_recall"]
+        assert (recall["a"], recall["b"], recall["diff"], recall["lo"], recall["hi"]) == (1, 0, 1, 1, 1)
+        assert significant[f"{label}_recall"]
+        precision = metrics[f"{label}_precision"]  # B never transferred: no precision, no difference
+        assert precision["a"] > 0 and (precision["b"], precision["diff"], significant[f"{label}_precision"]) == (
+            None, None, False)
+        assert {f"{label}_accuracy", f"{label}_f1", f"{label}_outcome/{Outcome.UNNEEDED_HANDOFF.value}",
+                f"{label}_outcome/missed_handoff_not_asked", f"{label}_transfer_rate/no_transfer"} <= set(metrics)
+    rate = metrics["handoff_transfer_rate/no_transfer"]
+    assert (rate["diff"], significant["handoff_transfer_rate/no_transfer"]) == (1, True)
+    assert metrics["handoff_outcome/unneeded_handoff_unprompted"]["a"] > 0  # the synthetic user never asks
+    kinds = {f["kind"] for f in cmp["flips"]}
+    assert kinds >= {"handoff", "handoff_episode"}
+    assert main(["compare", str(run), "--a", "always", "--b", "never"]) == 0
+    table = capsys.readouterr().out
+    assert "handoff_episode_recall" in table and "Flips in hand-off correctness (episode label):" in table
