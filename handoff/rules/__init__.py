@@ -12,9 +12,11 @@ from handoff.rules.label import Label
 from handoff.rules.outcome import Outcome, handoff_turn, outcome_of
 from handoff.rules.score import EpisodeScore, RewardWeights, score_episode
 from handoff.rules.trajectory import (
+    Tau2File,
     Trajectory,
     TrajectoryLoadError,
     load_trajectories,
+    read_tau2_file,
     transferred,
 )
 from handoff.rules.violations import RuleId, Violation, violations
@@ -30,6 +32,7 @@ __all__ = [
     "RewardWeights",
     "RuleId",
     "TaskContext",
+    "Tau2File",
     "Trajectory",
     "TrajectoryLoadError",
     "UnknownDomain",
@@ -38,6 +41,7 @@ __all__ = [
     "handoff_turn",
     "load_trajectories",
     "outcome_of",
+    "read_tau2_file",
     "score_episode",
     "transferred",
     "violations",
