@@ -188,6 +188,17 @@ def test_reimport_changes_nothing_and_a_changed_file_is_refused(tmp_path, capsys
     assert code == 2 and "not an import's" in err
 
 
+def test_score_reads_lists_and_reevaluates(tmp_path, capsys):
+    sims = sim_dicts()
+    sims[0]["reward_info"]["reward"] = 1.0 - sims[0]["reward_info"]["reward"]
+    code = main(["score", str(write(tmp_path / "l.json.gz", sims)), "--domain", "retail", "--reevaluate"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0 and [r["task_id"] for r in rows] == [s["task_id"] for s in sims]
+    assert [(r["tau2_reward"], r["reevaluated_reward"]) for r in rows] == [
+        (s["reward_info"]["reward"], t.reward_info.reward) for s, t in zip(sims, simulations())]
+    assert rows[0]["tau2_reward"] != rows[0]["reevaluated_reward"]
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} (the shared real trajectories) is absent")
 def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
