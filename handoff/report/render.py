@@ -114,9 +114,13 @@ def imported(section: ImportSection | None) -> list[str]:
                     "failed to replay"], rows)
     checkpoint = {f.path: f.checkpoint for f in section.files}
     if section.reward_mismatches:
+        tasks: dict[tuple, list[str]] = {}  # (checkpoint, recorded, re-evaluated) -> its tasks
+        for m in section.reward_mismatches:
+            tasks.setdefault((checkpoint[m.file], m.recorded, m.reevaluated), []).append(
+                m.task_id if m.trial == 0 else f"{m.task_id} (trial {m.trial})")
         lines += ["### Reward mismatches", ""] + table(
-            ["checkpoint", "task", "trial", "recorded", "re-evaluated"],
-            [[checkpoint[m.file], m.task_id, m.trial, m.recorded, m.reevaluated] for m in section.reward_mismatches])
+            ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
+            [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
     if section.replay_errors:
         lines += ["### Replay errors", ""] + table(
             ["checkpoint", "task", "trial", "error"],
