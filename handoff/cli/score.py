@@ -61,7 +61,8 @@ def _reevaluated(sim: dict, domain: str, path: str) -> dict:
     from handoff.importing import pinned_task, reevaluate
 
     reward_info, error = reevaluate(sim, domain, pinned_task(domain, str(sim.get("task_id")), path), path)
-    return {"reevaluated_reward": None if reward_info is None else reward_info["reward"], **({"replay_error": error} if error else {})}
+    row = {"reevaluated_reward": None if reward_info is None else reward_info["reward"]}
+    return {**row, "replay_error": error} if error else row
 
 
 def carried_scoring(sims: list[dict], path: str) -> dict:
