@@ -52,6 +52,9 @@ class EpisodeRecord(BaseModel):
     format_events: list[FormatEvent] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     wall_s: float = 0.0
+    recorded_reward: float | None = Field(None, exclude_if=lambda v: v is None,
+                                          description="an imported episode (handoff import): the reward its file "
+                                                      "recorded; `simulation` holds the re-evaluated one")
 
     @property
     def key(self) -> tuple[str, str, str, int]:

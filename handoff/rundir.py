@@ -58,11 +58,52 @@ def checked_id(shard_id: str) -> str:
     return shard_id
 
 
+class ImportedFile(BaseModel):
+    """One tau2 file imported by `handoff import` (handoff.importing): one checkpoint."""
+
+    path: str = Field(description="the file's absolute path")
+    sha256: str = Field(description="of the file's bytes: a file changed since is refused for the run")
+    format: str = Field(description="results, list or simulation (handoff.rules.read_tau2_file)")
+    checkpoint: str
+    step: int
+    domain: str
+    agent: str | None = Field(None, description="the agent model the file names (info.agent_info.llm)")
+    episodes: int = Field(description="simulations in the file")
+
+
+class RewardMismatch(BaseModel):
+    file: str
+    task_id: str
+    trial: int
+    recorded: float | None
+    reevaluated: float
+
+
+class ReplayFailure(BaseModel):
+    file: str
+    task_id: str
+    trial: int
+    error: str = Field(description="the first line of the error tau2's evaluator raised")
+
+
+class ImportSection(BaseModel):
+    """What `handoff import` read, and the episodes whose re-evaluated reward is not the recorded one
+    (left out of the metrics unless keep_mismatched) or that could not be replayed (left out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: list[ImportedFile]
+    episodes: int
+    keep_mismatched: bool = False
+    reward_mismatches: list[RewardMismatch] = Field(default_factory=list)
+    replay_errors: list[ReplayFailure] = Field(default_factory=list)
+
+
 class Manifest(BaseModel):
     """What a sweep computes and from what. Every field has a default so that manifests of old runs
     (version 1) and the minimal ones of synthetic runs load; unknown keys are rejected."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True, validate_by_name=True)
 
     schema_version: int = MANIFEST_VERSION
     run_uuid: str = Field(default_factory=lambda: uuid.uuid4().hex,
@@ -80,6 +121,8 @@ class Manifest(BaseModel):
         default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
     n_episodes: int = 0
+    imported: ImportSection | None = Field(None, alias="import", exclude_if=lambda v: v is None,
+                                           description="a run made by `handoff import`: what it read")
 
     @model_validator(mode="after")
     def _known_version(self) -> "Manifest":

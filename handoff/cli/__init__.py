@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import keyword
 import os
 import sys
 
 import handoff
 from handoff.errors import HandoffError, exit_on_user_error
 
-# Subcommands in workflow order; each module adds its own through `register`.
-COMMANDS = ("sweep", "report", "compare", "export", "score", "reduce", "labels")
+# Subcommands in workflow order; each module adds its own through `register` (a keyword's module
+# has a trailing underscore: handoff.cli.import_).
+COMMANDS = ("sweep", "import", "report", "compare", "export", "score", "reduce", "labels")
 
 EXAMPLES = """examples:
   handoff sweep                                  run the default sweep (conf/sweep.yaml)
@@ -23,6 +25,7 @@ EXAMPLES = """examples:
   handoff report runs/default-20260101-120000    report.md/html with plots, episode pages
   handoff compare runs/a runs/b                  paired differences with 95% intervals, flips
   handoff compare runs/a runs/b --html f.html    the flipped tasks' transcripts side by side
+  handoff import results.json --run-dir runs/x   a tau2 results file as a run (rewards re-evaluated)
   handoff score results.json                     rules and reward of a tau2 results file
 
 exit status: 0 success; 1 some sweep shards failed (or a check found problems); 2 bad input
@@ -39,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {handoff.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+        importlib.import_module(f"{__name__}.{name}{'_' * keyword.iskeyword(name)}").register(sub)
     return parser
 
 

@@ -1,8 +1,11 @@
-"""`handoff score PATH [--domain D]`: score a tau2 SimulationRun JSON or results JSON with the rules.
+"""`handoff score PATH [--domain D] [--reevaluate]`: score a tau2 file with the rules.
 
 Prints one JSON object per simulation (task_id, transferred, label, violations, format_errors,
-tau2_reward, reward, ..., format_events_recorded). PATH may be a tau2 results file (its domain is
-read from the file) or a single SimulationRun (then --domain is required). Scores come from
+tau2_reward, reward, ..., format_events_recorded). PATH is a tau2 results JSON, a JSON list of
+SimulationRuns or a single SimulationRun, gzip-compressed or not (handoff.rules.read_tau2_file);
+--domain is needed where the file does not name its domain. --reevaluate replays each simulation
+with tau2's evaluator against the pinned task its id names and adds `reevaluated_reward` beside the
+recorded `tau2_reward` (null, with `replay_error`, when the replay raises). Scores come from
 handoff.scoring, the reducer's own path: a file written by handoff (`handoff export`) carries the
 agent's format events and the reward weights and labels version the run was scored with, and scores
 exactly as the reducer scored it (other weights given with --reward, or labels changed since the
@@ -20,25 +23,30 @@ import sys
 def register(subparsers) -> None:
     parser = subparsers.add_parser("score", help="score a tau2 SimulationRun JSON or results JSON with the rules",
                                    description=__doc__)
-    parser.add_argument("path", help="tau2 results JSON or SimulationRun JSON")
-    parser.add_argument("--domain", help="tau2 domain (required for a single SimulationRun)")
+    parser.add_argument("path", help="tau2 results JSON, JSON list of SimulationRuns or SimulationRun JSON")
+    parser.add_argument("--domain", help="tau2 domain (required where the file does not name it)")
+    parser.add_argument("--reevaluate", action="store_true",
+                        help="replay each simulation with tau2's evaluator: reevaluated_reward beside tau2_reward")
     parser.add_argument("--reward", help="reward weights: conf/reward/<name>.yaml or a YAML path (default: the "
                                          "weights the file was exported with, else conf/reward/default.yaml)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from handoff.rules import DomainTools, load_trajectories
+    from handoff.rules import DomainTools, Trajectory, read_tau2_file
     from handoff.scoring import Scorer
 
     # unreadable or invalid input, an unknown domain: HandoffErrors with a clear message
     given = Scorer(args.reward) if args.reward is not None else None
-    trajectories = load_trajectories(args.path, args.domain)
-    scorer = _scorer(given, carried_scoring(args.path))
-    for domain in {t.domain for t in trajectories}:
-        DomainTools.for_domain(domain)
+    found = read_tau2_file(args.path, args.domain)
+    trajectories = [Trajectory.from_simulation(sim, found.domain) for sim in found.simulations]
+    scorer = _scorer(given, carried_scoring(found.simulations, args.path))
+    DomainTools.for_domain(found.domain)
     rows = [{**_score(scorer, traj).model_dump(mode="json"), "format_events_recorded": traj.format_events_recorded}
             for traj in trajectories]
+    if args.reevaluate:
+        for row, sim in zip(rows, found.simulations):
+            row.update(_reevaluated(sim, found.domain, args.path))
     for row in rows:  # nothing is printed unless every simulation scored
         print(json.dumps(row, separators=(",", ":")))
     absent = sum(not t.format_events_recorded for t in trajectories)
@@ -48,14 +56,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def carried_scoring(path: str) -> dict:
+def _reevaluated(sim: dict, domain: str, path: str) -> dict:
+    """The reward tau2's evaluator gives the simulation on the pinned task (handoff.importing)."""
+    from handoff.importing import pinned_task, reevaluate
+
+    reward_info, error = reevaluate(sim, domain, pinned_task(domain, str(sim.get("task_id")), path), path)
+    row = {"reevaluated_reward": None if reward_info is None else reward_info["reward"]}
+    return {**row, "replay_error": error} if error else row
+
+
+def carried_scoring(sims: list[dict], path: str) -> dict:
     """The Scorer.info a file exported by handoff carries (the same in every simulation); {} if none."""
     from handoff.cli import UsageError
-    from handoff.rules.trajectory import _read_json
     from handoff.scoring import SCORING_INFO_KEY
 
-    data = _read_json(path)
-    sims = data.get("simulations", []) if "simulations" in data else [data]
     found = {json.dumps(((s.get("reward_info") or {}).get("info") or {}).get(SCORING_INFO_KEY) or {}, sort_keys=True)
              for s in sims}
     if len(found) > 1:

@@ -12,7 +12,7 @@ from handoff.report import episodes as pages
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
-from handoff.rundir import RunDir
+from handoff.rundir import ImportSection, RunDir
 
 # Headline columns: the value picked from a slice's metrics, and the index filter behind it.
 HEADLINE = {
@@ -125,6 +125,39 @@ SECTIONS = [
 ]
 
 
+def imported(section: ImportSection | None) -> list[str]:
+    """A run of `handoff import`: what each file gave, and every episode left out or kept although
+    its re-evaluated reward differs from the recorded one."""
+    if section is None:
+        return []
+    fate = "kept with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
+    lines = ["## Imported tau2 files", "",
+             (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
+              f"Reward mismatches are {fate}; episodes that could not be replayed are left out."), ""]
+    rows = []
+    for f in section.files:
+        mismatched = sum(m.file == f.path for m in section.reward_mismatches)
+        failed = sum(e.file == f.path for e in section.replay_errors)
+        rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.step, f.domain, f.episodes,
+                     f.episodes - mismatched - failed, mismatched, failed])
+    lines += table(["file", "checkpoint", "step", "domain", "simulations", "agreed", "mismatched",
+                    "failed to replay"], rows)
+    checkpoint = {f.path: f.checkpoint for f in section.files}
+    if section.reward_mismatches:
+        tasks: dict[tuple, list[str]] = {}  # (checkpoint, recorded, re-evaluated) -> its tasks
+        for m in section.reward_mismatches:
+            tasks.setdefault((checkpoint[m.file], m.recorded, m.reevaluated), []).append(
+                m.task_id if m.trial == 0 else f"{m.task_id} (trial {m.trial})")
+        lines += ["### Reward mismatches", ""] + table(
+            ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
+            [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
+    if section.replay_errors:
+        lines += ["### Replay errors", ""] + table(
+            ["checkpoint", "task", "trial", "error"],
+            [[checkpoint[e.file], e.task_id, e.trial, f"`{e.error.replace('`', '')}`"] for e in section.replay_errors])
+    return lines
+
+
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     lines = [f"# Hand-off report: {reduction.run}", "",
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
@@ -132,7 +165,7 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
              "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
              f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
-             "## Headline metrics", ""]
+             *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
                      *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]

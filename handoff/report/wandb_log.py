@@ -174,6 +174,8 @@ def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row
     rows: list[Row] = []
     for i, (name, step) in enumerate(ckpts):
         planned = plan.get((name, domain))
+        if plan and planned is None:  # planned in other domains only (an imported file): not this history's
+            continue
         complete = name in groups and (planned is None or planned <= done)
         if not complete:
             return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]

@@ -13,9 +13,11 @@ from handoff.rules.label import Label
 from handoff.rules.outcome import Outcome, handoff_turn, outcome_of
 from handoff.rules.score import EpisodeScore, RewardWeights, score_episode
 from handoff.rules.trajectory import (
+    Tau2File,
     Trajectory,
     TrajectoryLoadError,
     load_trajectories,
+    read_tau2_file,
     transferred,
 )
 from handoff.rules.violations import RuleId, Violation, violations
@@ -33,6 +35,7 @@ __all__ = [
     "RewardWeights",
     "RuleId",
     "TaskContext",
+    "Tau2File",
     "Trajectory",
     "TrajectoryLoadError",
     "UnknownDomain",
@@ -43,6 +46,7 @@ __all__ = [
     "load_trajectories",
     "offers_transfer",
     "outcome_of",
+    "read_tau2_file",
     "requests_human",
     "score_episode",
     "transferred",

