@@ -36,7 +36,7 @@ EXECUTION_KEYS = (
 )
 # Keys left out of the hash while they hold these values, so that runs from before the key existed
 # resume (engine.dtype auto: the engine decides from its CPU, handoff.engine.cpu).
-UNHASHED_DEFAULTS = {"engine.dtype": "auto"}
+UNHASHED_DEFAULTS = {"engine.dtype": "auto", "engine.script.accuracy": None}
 
 
 class ModelConfig(Strict):
@@ -368,6 +368,22 @@ def _check_paths(cfg: SweepConfig) -> list[str]:
     return errors
 
 
+def _script_problems(cfg: SweepConfig) -> list[str]:
+    """engine.script of the scripted engine: its schema, and known-answer accuracies of checkpoints
+    the sweep has."""
+    if cfg.engine.kind != "scripted":
+        return []
+    from handoff.sweep.engines import ScriptConfig
+
+    try:
+        script = ScriptConfig.model_validate(cfg.engine.script)
+    except ValidationError as exc:
+        return [f"engine.script.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+    names = {c.name for c in checkpoints(cfg)}
+    return [f"engine.script.accuracy.{name}: no checkpoint of the sweep is named so ({', '.join(sorted(names))})"
+            for name in script.accuracy or {} if name not in names]
+
+
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
     """The composed config as a SweepConfig, or ConfigError naming each bad key."""
     try:
@@ -378,7 +394,7 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError.from_validation("sweep config", exc) from None
-    errors = _check_paths(sweep) if check_paths else []
+    errors = (_check_paths(sweep) if check_paths else []) + _script_problems(sweep)
     if errors:
         raise ConfigError.of("sweep config", errors)
     return sweep
