@@ -1,6 +1,7 @@
 """The metrics of docs/metrics.md over a set of EpisodeScores, each with a 95% interval.
 
-Proportions get Wilson score intervals; F1 and means get a percentile bootstrap over tasks (the
+Proportions get Wilson score intervals, at the cluster-robust effective sample size when a task has
+several trials (clustered_wilson); F1 and means get a percentile bootstrap over tasks (the
 task is the unit that is resampled, with all its trials), with a fixed seed so that a report is
 reproducible. Every bootstrapped statistic is a ratio of per-task sums (a mean is sum/count, F1 is
 2TP / (2TP + FP + FN)), which is what lets one resampling serve them all and pair two runs.
@@ -106,6 +107,49 @@ def wilson(k: int, n: int, z: float = Z95) -> Interval:
     return Interval(value=p, lo=lo, hi=hi, n=n, k=k)
 
 
+def _wilson_at(p: float, n: float, z: float) -> tuple[float, float]:
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def clustered_wilson(k: Sequence[float], n: Sequence[float], z: float = Z95) -> Interval:
+    """sum(k) / sum(n) for k[j] of n[j] in task j, with a Wilson interval that respects tasks: at
+    the effective sample size p(1 - p) / v (at most sum(n); Korn & Graubard 1998), v the
+    cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 / sum(n)^2 of J tasks (the sandwich
+    variance of an intercept-only regression clustered by task, CR1). With one trial per task it
+    is plain Wilson; at p = 0 or 1 (v = 0) the tasks count, J, and one task is one observation."""
+    total_k, total_n = int(sum(k)), int(sum(n))
+    if not total_n or max(n) <= 1:
+        return wilson(total_k, total_n, z)
+    p = total_k / total_n
+    ks, ns = np.asarray(k, dtype=float)[np.asarray(n) > 0], np.asarray(n, dtype=float)[np.asarray(n) > 0]
+    tasks = len(ns)
+    variance = tasks / (tasks - 1) * float(((ks - p * ns) ** 2).sum()) / total_n**2 if tasks > 1 else 0.0
+    n_eff = min(total_n, p * (1 - p) / variance) if variance > 0 else (total_n if 0 < p < 1 else tasks)
+    lo, hi = _wilson_at(p, n_eff, z)
+    return Interval(value=p, lo=0.0 if total_k == 0 else lo, hi=1.0 if total_k == total_n else hi, n=total_n,
+                    k=total_k)
+
+
+def share(scores: Sequence[EpisodeScore], hit: Callable[[EpisodeScore], bool],
+          among: Callable[[EpisodeScore], bool] = lambda s: True) -> Interval:
+    """The share of the episodes `among` that `hit`, with clustered_wilson's interval over tasks."""
+    return _task_share((s, float(hit(s)), 1.0) for s in scores if among(s))
+
+
+def _task_share(items) -> Interval:
+    """clustered_wilson over (episode, k, n) triples summed per task."""
+    by_task: dict[TaskKey, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s, k, n in items:
+        counts = by_task[(s.domain, s.task_id)]
+        counts[0] += k
+        counts[1] += n
+    ks = [c[0] for c in by_task.values()]
+    return clustered_wilson(ks, [c[1] for c in by_task.values()])
+
+
 def _tau2_reward(s: EpisodeScore) -> float:
     return s.tau2_reward or 0.0  # not evaluated counts as a failure, as a premature ending does
 
@@ -186,7 +230,7 @@ def compute_metrics(
         transfer_rate_by_rule=_transfer_rates(scores),
         handoff_turn_by_rule=_handoff_turns(scores),
         tau2_reward=boot.interval(RATIOS["tau2_reward"]),
-        tau2_success=wilson(sum(is_successful(_tau2_reward(s)) for s in scores), len(scores)),
+        tau2_success=share(scores, lambda s: is_successful(_tau2_reward(s))),
         pass_hat_k=_pass_hat_k(by_task, boot, ks),
         reward=boot.interval(RATIOS["reward"]),
         violation_rate=_violation_rates(scores),
@@ -248,23 +292,20 @@ def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums) -> HandoffMetrics:
     tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
     return HandoffMetrics(
         confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
-        precision=wilson(tp, tp + fp),
-        recall=wilson(tp, tp + fn),
+        precision=share(scores, lambda s: s.label.should_transfer, among=lambda s: s.transferred),
+        recall=share(scores, lambda s: s.transferred, among=lambda s: s.label.should_transfer),
         f1=boot.interval(RATIOS["handoff_f1"]),
-        accuracy=wilson(tp + tn, len(scores)),
+        accuracy=share(scores, lambda s: s.correct_handoff),
     )
 
 
 def _transfer_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    by_rule: dict[str, list[bool]] = defaultdict(list)
-    for s in scores:
-        by_rule[s.label.rule].append(s.transferred)
-    return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+    rules = sorted({s.label.rule for s in scores})
+    return {rule: share(scores, lambda s: s.transferred, among=lambda s, r=rule: s.label.rule == r) for rule in rules}
 
 
 def _outcomes(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    counts = Counter(s.outcome for s in scores)
-    return {o.value: wilson(counts[o], len(scores)) for o in Outcome}
+    return {o.value: share(scores, lambda s, o=o: s.outcome == o) for o in Outcome}
 
 
 def median_interval(values: Sequence[float], z: float = Z95) -> Interval:
@@ -317,18 +358,18 @@ def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks:
 
 
 def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    fired = [{v.rule for v in s.violations} for s in scores]
-    rates = {rule.value: wilson(sum(rule in f for f in fired), len(scores)) for rule in RuleId}
-    rates[ANY] = wilson(sum(bool(f) for f in fired), len(scores))
+    fired = lambda s: {v.rule for v in s.violations}
+    rates = {rule.value: share(scores, lambda s, r=rule: r in fired(s)) for rule in RuleId}
+    rates[ANY] = share(scores, lambda s: bool(s.violations))
     return rates
 
 
 def _format_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    turns = sum(s.n_assistant_turns for s in scores)
-    per_kind = Counter(e.kind for s in scores for e in s.format_errors)
-    any_turns = sum(_error_turns(s) for s in scores)
-    counts = {kind.value: per_kind[kind] for kind in FormatKind} | {ANY: any_turns}
-    return {name: _per_100(wilson(min(k, turns), turns)) for name, k in counts.items()}
+    def rate(errors: Callable[[EpisodeScore], int]) -> Interval:
+        return _per_100(_task_share((s, min(errors(s), s.n_assistant_turns), s.n_assistant_turns) for s in scores))
+
+    kinds = {kind.value: (lambda s, k=kind: sum(e.kind == k for e in s.format_errors)) for kind in FormatKind}
+    return {name: rate(errors) for name, errors in (kinds | {ANY: _error_turns}).items()}
 
 
 def _per_100(rate: Interval) -> Interval:
@@ -337,5 +378,5 @@ def _per_100(rate: Interval) -> Interval:
 
 
 def _terminations(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    counts = Counter(s.termination_reason for s in scores)
-    return {reason: wilson(k, len(scores)) for reason, k in sorted(counts.items())}
+    reasons = sorted({s.termination_reason for s in scores})
+    return {reason: share(scores, lambda s, r=reason: s.termination_reason == r) for reason in reasons}
