@@ -78,6 +78,8 @@ class Manifest(BaseModel):
         default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
     n_episodes: int = 0
+    adaptive: list[dict[str, Any]] = Field(
+        default_factory=list, description="an adaptive sweep's decided rounds (handoff.sweep.adaptive.Round)")
 
     @model_validator(mode="after")
     def _known_version(self) -> "Manifest":

@@ -26,6 +26,7 @@ means are a grid of GRID points; the CS is widened to the next point outside on 
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -108,25 +109,66 @@ def plug_in_bet(seen: Sequence[float], n_after: int, alpha: float) -> float:
 
 
 def paired_observations(a: Mapping[EpisodeKey, float | None], b: Mapping[EpisodeKey, float | None],
-                        round_trials: int) -> list[float]:
-    """A - B per (round, task): the mean difference over the round's trials of a task, in order
-    (round, then (domain, task id)), for the rounds whose trials both checkpoints have for every
-    task (a round in progress is left out). Episodes valued None (not counted by the metric, e.g.
-    recall's negative tasks) leave their task out."""
+                        round_trials: int, max_trials: int = 1 << 30) -> list[list[float]]:
+    """A - B per round and task: the mean difference over the round's trials of a task, tasks in
+    (domain, task id) order, for the rounds whose trials both checkpoints have for every task (a
+    round in progress is left out). Episodes valued None (not counted by the metric, e.g. recall's
+    negative tasks) leave their task out of that round. The last round may be cut at max_trials."""
     tasks = sorted({(d, t) for d, t, _ in a} & {(d, t) for d, t, _ in b})
-    out: list[float] = []
-    for first in range(0, 1 << 30, round_trials):
-        trials = range(first, first + round_trials)
+    rounds: list[list[float]] = []
+    for first in range(0, max_trials, round_trials):
+        trials = range(first, min(first + round_trials, max_trials))
         keys = [[(d, t, trial) for trial in trials] for d, t in tasks]
         if not tasks or not all(k in a and k in b for task in keys for k in task):
-            return out
-        for task in keys:
-            if all(a[k] is not None and b[k] is not None for k in task):
-                out.append(sum(a[k] - b[k] for k in task) / round_trials)
-    return out
+            return rounds
+        rounds.append([sum(a[k] - b[k] for k in task) / len(trials) for task in keys
+                       if all(a[k] is not None and b[k] is not None for k in task)])
+    return rounds
 
 
-def episode_values(scores: Sequence[EpisodeScore], metric: str) -> dict[EpisodeKey, float | None]:
-    """(domain, task id, trial) -> the metric's value of that episode (METRICS)."""
-    value = METRICS[metric]
-    return {(s.domain, s.task_id, s.trial): value(s) for s in scores}
+Status = Literal["best", "tied", "worse", "undecided"]
+
+
+class Verdict(BaseModel):
+    """A checkpoint's standing against the best after a round (handoff.sweep.adaptive): `best`
+    (the highest mean of those still running), `tied` (its CS against the best lies above -margin:
+    within the margin of the best, or better), `worse` (its CS lies below -margin), `undecided`.
+    `vs_best` is that CS (None for the best); `round` (1-based) and `episodes` are those at the
+    decision, or so far while it is undecided or the best."""
+
+    status: Status
+    mean: float | None
+    vs_best: SequenceBound | None = None
+    round: int
+    episodes: int
+
+
+def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Mapping[str, Verdict],
+           round_: int, margin: float, confidence: float, round_trials: int,
+           max_trials: int = 1 << 30) -> dict[str, Verdict]:
+    """Every checkpoint's Verdict after round `round_` (1-based) from its episodes' values
+    (episode_values). Those decided tied or worse before keep their verdict; of the others the one
+    of highest mean is the best (the first in `values` on a tie), and each other is compared with
+    it. Each comparison's CS is at confidence 1 - (1 - confidence) / (checkpoints - 1) (Bonferroni
+    over the others), so that a checkpoint is falsely decided against any best with probability
+    at most 1 - confidence."""
+    verdicts = {c: v for c, v in previous.items() if v.status in ("tied", "worse")}
+    running = [c for c in values if c not in verdicts]
+    means = {c: _mean(values[c]) for c in values}
+    best = max(running, key=lambda c: -math.inf if means[c] is None else means[c])
+    per_pair = 1 - (1 - confidence) / max(len(values) - 1, 1)
+    for c in running:
+        episodes = sum(v is not None for v in values[c].values())
+        if c == best:
+            verdicts[c] = Verdict(status="best", mean=means[c], round=round_, episodes=episodes)
+            continue
+        pairs = paired_observations(values[c], values[best], round_trials, max_trials)
+        cs = confidence_sequence(pairs, per_pair)
+        status = "worse" if cs.hi < -margin else "tied" if cs.lo > -margin else "undecided"
+        verdicts[c] = Verdict(status=status, mean=means[c], vs_best=cs, round=round_, episodes=episodes)
+    return {c: verdicts[c] for c in values}
+
+
+def _mean(values: Mapping[EpisodeKey, float | None]) -> float | None:
+    counted = [v for v in values.values() if v is not None]
+    return sum(counted) / len(counted) if counted else None

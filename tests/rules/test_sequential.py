@@ -83,10 +83,11 @@ def test_paired_observations_are_per_round_and_task_and_skip_a_round_in_progress
     a = {("airline", t, trial): 1.0 for t in ("1", "2") for trial in range(5)}
     b = {("airline", t, trial): float(trial % 2) for t in ("1", "2") for trial in range(4)}
     a[("airline", "2", 1)] = None  # not counted by the metric: the task leaves that round
-    assert paired_observations(a, b, 2) == [0.5, 0.5, 0.5]
-    assert paired_observations(a, b, 3) == [2 / 3] and paired_observations(a, {}, 1) == []
+    assert paired_observations(a, b, 2) == [[0.5], [0.5, 0.5]]
+    assert paired_observations(a, b, 3) == [[2 / 3]] and paired_observations(a, {}, 1) == []
 
 
 def test_observations_outside_the_range_are_refused():
     with pytest.raises(ValueError, match=r"\[-1, 1\]"):
         confidence_sequence([[1.5]], 0.95)
+

@@ -3,13 +3,18 @@ scripted engine's engine.script.accuracy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from omegaconf import OmegaConf
 
 import handoff  # noqa: F401
+from bench.scripted import model_path
+from handoff.rundir import RunPaths
 from handoff.sweep.config import ConfigError, validate
 from handoff.sweep.engines import handoff_decision, seed_draw
 from handoff.sweep.plan import episode_seed
-from handoff.sweep.run import compose
+from handoff.sweep.run import compose, run_sweep
 from handoff.tasks.labels import load_labels
 
 SCRIPTED = ["engine=scripted", "model=[tiny_hermes]"]
@@ -43,3 +48,63 @@ def test_accuracy_of_an_unknown_checkpoint_is_refused(tmp_path):
                      ("{tiny-hermes: 1.5}", "engine.script.accuracy.tiny-hermes")):
         with pytest.raises(ConfigError, match=key):
             validate(compose([*base, f"+engine.script.accuracy={bad}"]), check_paths=False)
+
+
+def _adaptive(run_dir: Path, schedule: str, ckpts: str) -> list[str]:
+    return ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=8", "shard_size=4",
+            "workers.processes=1", "workers.threads=4", "model=[checkpoints]", f"model.checkpoints.glob={ckpts}",
+            f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes",
+            "+engine.script.accuracy={policy-step1: 0.0, policy-step2: 1.0, policy-step3: 1.0}",
+            "adaptive.enabled=true", "adaptive.margin=0", "adaptive.max_trials=2", "logger.mode=disabled",
+            f"schedule={schedule}", f"run_dir={run_dir}"]
+
+
+def _shard_files(run_dir: Path) -> dict[str, float]:
+    return {p.stem: p.stat().st_mtime_ns for p in RunPaths(run_dir).shards_dir.glob("*.jsonl")}
+
+
+@pytest.mark.ray
+def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_cluster, tmp_path):
+    """Known answers (accuracy 0, 1, 1) over 8 tasks, 2 rounds of 1 trial, margin 0: round 1 (the
+    sequential schedule) decides the first checkpoint worse; the run stops inside round 2, after
+    one checkpoint's shards; the resume (rolling, its replica reloaded in place from checkpoint to
+    checkpoint) finishes round 2 for the two others without rerunning anything."""
+    from handoff.sweep.adaptive import recorded_rounds, run_rounds
+    from handoff.sweep.run import _execute, prepare
+
+    for step in (1, 2, 3):
+        (tmp_path / "ckpts" / f"global_step_{step}").mkdir(parents=True)
+    run_dir, ckpts = tmp_path / "run", f"{tmp_path}/ckpts/global_step_*"
+    overrides = _adaptive(run_dir, "sequential", ckpts)
+
+    def interrupted(prepared, progress, shards):
+        if not prepared.manifest.adaptive:
+            return _execute(prepared, progress, shards)
+        _execute(prepared, progress, [s for s in shards if s.model == "policy-step2"])
+        raise KeyboardInterrupt  # the driver stopped mid-round
+
+    prepared = prepare(compose(overrides), overrides)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_rounds(prepared, False, interrupted)
+    finally:
+        prepared.run.unlock()
+    first = recorded_rounds(prepared.run.read_manifest())
+    step1 = first[0].verdicts["policy-step1"]
+    assert [r.round for r in first] == [1] and (step1.status, step1.round, step1.episodes, step1.mean) == ("worse", 1, 8, 0.0)
+    before = _shard_files(run_dir)
+    assert sorted(before) == sorted(f"policy-step{s}__retail__t{t}__{i:04d}" for s, t in
+                                    [(1, 0), (2, 0), (3, 0), (2, 1)] for i in range(2))
+
+    resumed, summary = run_sweep(OmegaConf.create({"resume": str(run_dir)}),
+                                 [f"resume={run_dir}", "schedule=rolling"], progress=False)
+    rounds = recorded_rounds(resumed.run.read_manifest())
+    after = _shard_files(run_dir)
+    assert {k: after[k] for k in before} == before  # nothing done was redone
+    assert [r.round for r in rounds] == [1, 2]
+    assert rounds[1].verdicts["policy-step1"] == step1 and not any("policy-step1__retail__t1" in k for k in after)
+    final = {n: (v.status, v.episodes, v.mean) for n, v in rounds[1].verdicts.items() if n != "policy-step1"}
+    assert sorted(final.values()) == [("best", 16, 1.0), ("undecided", 16, 1.0)]  # two identical: never told apart
+    assert (summary.episodes_done, summary.episodes_total, summary.shards_failed) == (40, 48, [])
+    _, again = run_sweep(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"], progress=False)
+    assert not again.ran and _shard_files(run_dir) == after
