@@ -34,7 +34,6 @@ import traceback
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-
 from typing import Annotated
 
 from pydantic import BaseModel, Field

@@ -67,7 +67,8 @@ def test_it_covers_where_wilson_over_episodes_does_not():
 
 
 def test_metrics_with_several_trials_use_it():
-    scores = [score(str(t), trial % 2 == 0 if t < 3 else True, True, trial=trial) for t in range(6) for trial in range(4)]
+    scores = [score(str(t), trial % 2 == 0 if t < 3 else True, True, trial=trial)
+              for t in range(6) for trial in range(4)]
     recall = compute_metrics(scores).handoff.recall
     assert recall.value == pytest.approx(18 / 24) and recall.n == 24
     assert (recall.lo, recall.hi) == pytest.approx(_reference([2, 2, 2, 4, 4, 4], [4] * 6))
