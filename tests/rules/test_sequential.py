@@ -4,6 +4,7 @@ with tasks of different means, and the paired, per-round observations it is fed.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -53,7 +54,7 @@ def test_more_rounds_narrow_it_and_a_clear_gap_excludes_zero():
     draws = rng.random((4, 100))
     rounds = [list((u < 0.6).astype(float) - (u < 0.8)) for u in draws]  # common random numbers: -0.2
     widths = [confidence_sequence(rounds[:r], 0.95) for r in range(1, 5)]
-    assert all(b.hi - b.lo < a.hi - a.lo for a, b in zip(widths, widths[1:]))
+    assert all(b.hi - b.lo < a.hi - a.lo for a, b in itertools.pairwise(widths))
     assert widths[-1].hi < 0 < widths[0].hi - widths[0].lo
     same = confidence_sequence([[0.0] * 100] * 4, 0.95)
     assert same.lo < 0 < same.hi and same.hi - same.lo < 0.1  # identical checkpoints: never told apart
@@ -91,3 +92,14 @@ def test_observations_outside_the_range_are_refused():
     with pytest.raises(ValueError, match=r"\[-1, 1\]"):
         confidence_sequence([[1.5]], 0.95)
 
+
+def test_compare_gives_the_anytime_valid_sequence_of_each_metric():
+    from handoff.report.compare import sequences
+    from tests.rules.test_reward_and_metrics import score
+
+    a = [score(str(t), True, True, trial=k) for t in range(30) for k in range(3)]
+    b = [score(str(t), t % 2 == 0, True, trial=k) for t in range(30) for k in range(3)]
+    got = sequences(a, b)
+    assert set(got) == {"handoff_accuracy", "handoff_recall", "tau2_success", "tau2_reward"}
+    assert got["handoff_recall"].estimate == pytest.approx(0.5) and got["handoff_recall"].lo > 0
+    assert got["tau2_success"].lo < 0 < got["tau2_success"].hi and got["handoff_accuracy"].n == 90

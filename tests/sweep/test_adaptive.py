@@ -27,7 +27,8 @@ def _request(domain: str, task_id: str, seed: int) -> str:
 
 
 def _task(domain: str, should_transfer: bool) -> str:
-    return next(t for (d, t), label in load_labels().items() if d == domain and label.should_transfer == should_transfer)
+    labels = load_labels().items()
+    return next(t for (d, t), label in labels if d == domain and label.should_transfer == should_transfer)
 
 
 @pytest.mark.parametrize("should_transfer", [True, False])
@@ -91,7 +92,8 @@ def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_
         prepared.run.unlock()
     first = recorded_rounds(prepared.run.read_manifest())
     step1 = first[0].verdicts["policy-step1"]
-    assert [r.round for r in first] == [1] and (step1.status, step1.round, step1.episodes, step1.mean) == ("worse", 1, 8, 0.0)
+    assert [r.round for r in first] == [1]
+    assert (step1.status, step1.round, step1.episodes, step1.mean) == ("worse", 1, 8, 0.0)
     before = _shard_files(run_dir)
     assert sorted(before) == sorted(f"policy-step{s}__retail__t{t}__{i:04d}" for s, t in
                                     [(1, 0), (2, 0), (3, 0), (2, 1)] for i in range(2))
@@ -108,3 +110,66 @@ def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_
     assert (summary.episodes_done, summary.episodes_total, summary.shards_failed) == (40, 48, [])
     _, again = run_sweep(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"], progress=False)
     assert not again.ran and _shard_files(run_dir) == after
+    _check_what_was_decided(run_dir)
+
+
+def _check_what_was_decided(run_dir: Path) -> None:
+    """reduced/adaptive.json, the report's tie set and the rounds W&B's rows wait for."""
+    import json
+
+    from handoff.report import finish_run
+    from handoff.report.adaptive import scheduled_trials
+    from handoff.rundir import RunDir
+
+    paths = finish_run(run_dir)
+    result = json.loads(paths["adaptive"].read_text())
+    assert result["tie_set"] == ["policy-step2", "policy-step3"]
+    assert (result["episodes"], result["fixed_episodes"]) == (40, 48)
+    step1 = result["checkpoints"]["policy-step1"]
+    assert (step1["status"], step1["round"], step1["episodes"], step1["fixed_episodes"]) == ("worse", 1, 8, 16)
+    assert step1["vs_best"]["hi"] < 0 and result["finished"]
+    report = paths["report_md"].read_text()
+    assert "## Adaptive decisions" in report and "**policy-step2, policy-step3**" in report
+    assert scheduled_trials(RunDir(run_dir)) == {"policy-step1": 1, "policy-step2": 2, "policy-step3": 2}
+    from handoff.report.compare import compare, format_table, side_scores
+
+    text = format_table(compare(side_scores(run_dir, "policy-step1", None), side_scores(run_dir, "policy-step2", None)))
+    assert "adaptive sweep, A: worse at round 1 of 2 (8 episodes; 8 run of the fixed design's 16)" in text
+    assert "adaptive sweep, B: best at round 2" in text and "anytime-valid" in text
+
+
+def test_what_was_decided_and_the_rounds_w_and_b_waits_for(tmp_path):
+    """An adaptive run decided after round 2 of 8: each checkpoint's rows are final once the rounds
+    it was given are (not the fixed design's 8 trials), and adaptive.json says what it cost."""
+    from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
+    from handoff.rules.sequential import Verdict
+    from handoff.rundir import Manifest, RunDir
+    from handoff.sweep.adaptive import Round
+
+    config = {"adaptive": {"enabled": True, "metric": "handoff_accuracy", "margin": 0.05, "confidence": 0.95,
+                           "max_trials": 8, "round_trials": 1}}
+    shards = [{"id": f"{m}__retail__t{t}__0000", "model": m, "domain": "retail", "trial": t, "episodes": [{}] * 3}
+              for m in "abc" for t in range(8)]
+
+    def verdict(status, round_):
+        return Verdict(status=status, mean=0.5, round=round_, episodes=3 * round_)
+
+    one = Round(round=1, trials=1,
+                verdicts={"a": verdict("worse", 1), "b": verdict("best", 1), "c": verdict("undecided", 1)})
+    two = Round(round=2, trials=2, verdicts={"a": one.verdicts["a"], "b": verdict("best", 2), "c": verdict("tied", 2)})
+    run = RunPaths(tmp_path)
+    for rounds, expected in (([one], {"a": 1, "b": 2, "c": 2}), ([one, two], {"a": 1, "b": 2, "c": 2})):
+        run.write_manifest(Manifest(config=config, shards=shards, adaptive=[r.model_dump(mode="json") for r in rounds]))
+        assert scheduled_trials(RunDir(tmp_path)) == expected
+    for shard in shards[:2] + shards[8:10] + shards[16:18]:  # a: t1 beyond its round, not counted
+        run.shard_path(shard["id"]).parent.mkdir(parents=True, exist_ok=True)
+        run.shard_path(shard["id"]).write_text("")
+    result = adaptive_result(RunDir(tmp_path))
+    assert result.finished and result.rounds == 2 and result.tie_set == ["b", "c"]
+    assert {n: (d.status, d.episodes, d.fixed_episodes) for n, d in result.checkpoints.items()} == {
+        "a": ("worse", 3, 24), "b": ("best", 6, 24), "c": ("tied", 6, 24)}
+    assert (result.episodes, result.fixed_episodes) == (15, 72)
+    assert wandb_summary(result)["best/tie_set"] == "b, c"
+    config["adaptive"]["enabled"] = False
+    run.write_manifest(Manifest(config=config, shards=shards))
+    assert scheduled_trials(RunDir(tmp_path)) is None and adaptive_result(RunDir(tmp_path)) is None
