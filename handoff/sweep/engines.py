@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -144,11 +145,16 @@ def handoff_decision(request_id: str, accuracy: float) -> bool:
     request (`<domain>/<task id>-<seed>-<hex>/<hex>`, handoff.agent.episode.agent_session): right
     (transfer iff the task's label says so) when the episode seed's draw falls below `accuracy`.
     Every checkpoint meets the same draw in an episode (common random numbers)."""
-    from handoff.tasks.labels import label_for
-
     domain, rest = request_id.split("/", 1)
     task_id, seed, _ = rest.rsplit("/", 1)[0].rsplit("-", 2)
-    return label_for(domain, task_id).should_transfer == (seed_draw(int(seed)) < accuracy)
+    return _should_transfer(domain, task_id) == (seed_draw(int(seed)) < accuracy)
+
+
+@functools.cache
+def _should_transfer(domain: str, task_id: str) -> bool:
+    from handoff.tasks.labels import label_for
+
+    return label_for(domain, task_id).should_transfer
 
 
 def seed_draw(seed: int) -> float:
