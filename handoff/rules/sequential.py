@@ -5,7 +5,7 @@ comparison").
 Observations come in rounds: in each, one per task, the task's mean paired difference over the
 round's trials (X in [-1, 1] for a metric in [0, 1]; Y = (X + 1) / 2 in [0, 1] below), tasks in a
 fixed order. The CS is the hedged-capital betting CS of Waudby-Smith & Ramdas (2024), "Estimating
-means of bounded random variables by betting", JRSS B 86(1), Theorem 3: for each candidate mean m
+means of bounded random variables by betting", JRSS B 86(1): for each candidate mean m
 two gamblers bet on Y_i > m and on Y_i < m,
     K+_t(m) = prod_i (1 + lambda+_i(m) (Y_i - m)),   K-_t(m) = prod_i (1 - lambda-_i(m) (Y_i - m)),
 with bets fixed before they see Y_i, and m leaves the CS once (K+ + K-) / 2 reaches 1 / alpha.
