@@ -67,16 +67,17 @@ def _shard_files(run_dir: Path) -> dict[str, float]:
 @pytest.mark.ray
 def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_cluster, tmp_path):
     """Known answers (accuracy 0, 1, 1) over 8 tasks, 2 rounds of 1 trial, margin 0: round 1 (the
-    sequential schedule) decides the first checkpoint worse; the run stops inside round 2, after
-    one checkpoint's shards; the resume (rolling, its replica reloaded in place from checkpoint to
-    checkpoint) finishes round 2 for the two others without rerunning anything."""
+    rolling schedule: its one agent replica reloaded in place from checkpoint to checkpoint) decides
+    the first checkpoint worse; the run stops inside round 2, after one checkpoint's shards; the
+    resume (sequential) finishes round 2 for the two others without rerunning anything."""
     from handoff.sweep.adaptive import recorded_rounds, run_rounds
     from handoff.sweep.run import _execute, prepare
 
     for step in (1, 2, 3):
         (tmp_path / "ckpts" / f"global_step_{step}").mkdir(parents=True)
     run_dir, ckpts = tmp_path / "run", f"{tmp_path}/ckpts/global_step_*"
-    overrides = _adaptive(run_dir, "sequential", ckpts)
+    log = tmp_path / "service.log"
+    overrides = [*_adaptive(run_dir, "rolling", ckpts), "engine.replicas=1", f"engine.script.service_log={log}"]
 
     def interrupted(prepared, progress, shards):
         if not prepared.manifest.adaptive:
@@ -94,12 +95,16 @@ def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_
     step1 = first[0].verdicts["policy-step1"]
     assert [r.round for r in first] == [1]
     assert (step1.status, step1.round, step1.episodes, step1.mean) == ("worse", 1, 8, 0.0)
+    served: dict[str, set[str]] = {}
+    for pid, checkpoint, *_ in (line.split() for line in log.read_text().splitlines()):
+        served.setdefault(pid, set()).add(checkpoint)
+    assert any(len(cks - {"smollm2-135m-instruct"}) > 1 for cks in served.values())  # reloaded in place
     before = _shard_files(run_dir)
     assert sorted(before) == sorted(f"policy-step{s}__retail__t{t}__{i:04d}" for s, t in
                                     [(1, 0), (2, 0), (3, 0), (2, 1)] for i in range(2))
 
     resumed, summary = run_sweep(OmegaConf.create({"resume": str(run_dir)}),
-                                 [f"resume={run_dir}", "schedule=rolling"], progress=False)
+                                 [f"resume={run_dir}", "schedule=sequential"], progress=False)
     rounds = recorded_rounds(resumed.run.read_manifest())
     after = _shard_files(run_dir)
     assert {k: after[k] for k in before} == before  # nothing done was redone
