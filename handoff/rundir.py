@@ -123,6 +123,9 @@ class Manifest(BaseModel):
     n_episodes: int = 0
     imported: ImportSection | None = Field(None, alias="import", exclude_if=lambda v: v is None,
                                            description="a run made by `handoff import`: what it read")
+    adaptive: list[dict[str, Any]] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="an adaptive sweep's decided rounds (handoff.sweep.adaptive.Round)")
 
     @model_validator(mode="after")
     def _known_version(self) -> "Manifest":

@@ -82,6 +82,12 @@ def make_agent(domain_env, engine: Engine, chat, settings: EpisodeSettings, sess
     )
 
 
+def agent_session(domain: str, task_id: str, seed: int) -> str:
+    """The agent's session id: one per attempt (uuid), naming the episode (read by the scripted
+    engine's known-answer agent, handoff.sweep.engines.handoff_decision)."""
+    return f"{domain}/{task_id}-{seed}-{uuid.uuid4().hex[:8]}"
+
+
 def run_episode(
     domain: str,
     task: Task,
@@ -97,7 +103,8 @@ def run_episode(
     `environment` defaults to a fresh tau2 environment of the domain."""
     started = time.perf_counter()
     environment = environment or registry.get_env_constructor(domain)()
-    agent = make_agent(environment, agent_engine, agent_chat, settings, session_id=f"{task.id}-{seed}-{uuid.uuid4().hex[:8]}")
+    session = agent_session(domain, task.id, seed)
+    agent = make_agent(environment, agent_engine, agent_chat, settings, session_id=session)
     orchestrator = Orchestrator(
         domain=domain,
         agent=agent,

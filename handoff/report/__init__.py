@@ -58,8 +58,12 @@ def report_inputs(run: RunDir, reduction: Reduction, logger_cfg: dict) -> str:
 
 
 def _finish_locked(run: RunDir, cfg, report: bool) -> dict[str, Path]:
+    from handoff.report.adaptive import write_adaptive
+
     reduction = reduce_locked(run)
     paths = {"metrics": run.metrics, "scores": run.scores_dir}
+    if write_adaptive(run) is not None:
+        paths["adaptive"] = run.metrics.parent / "adaptive.json"
     logger_cfg = (_as_dict(cfg) or run.config).get("logger") or {}
     result = log_reduction(run.root, reduction, logger_cfg)
     if result.mode != "disabled":

@@ -13,6 +13,7 @@ from handoff.report.reducer import reduce_run
 from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
 from handoff.rules import EpisodeScore
 from handoff.rules.metrics import Difference, PairedComparison, paired_difference
+from handoff.rules.sequential import METRICS, SequenceBound, confidence_sequence, paired_observations
 from handoff.rundir import RunDir, RunDirError
 from handoff.scoring import Scorer
 
@@ -38,6 +39,8 @@ class Comparison(BaseModel):
     result: PairedComparison
     significant: dict[str, bool]
     flips: list[Flip] = []
+    sequences: dict[str, SequenceBound] = {}  # anytime-valid A - B per CS metric, a round per trial
+    decisions: dict[str, str] = {}  # "A"/"B" -> what its adaptive sweep decided about it
 
 
 def significant(d: Difference) -> bool:
@@ -89,7 +92,30 @@ def compare(a: tuple[Side, list[EpisodeScore]], b: tuple[Side, list[EpisodeScore
         raise RunDirError(f"{a[0].label} and {b[0].label} have no task in common")
     return Comparison(a=a[0].label, b=b[0].label, side_a=a[0], side_b=b[0], result=result,
                       significant={name: significant(d) for name, d in result.metrics.items()},
-                      flips=find_flips(a[1], b[1]))
+                      flips=find_flips(a[1], b[1]), sequences=sequences(a[1], b[1]),
+                      decisions={tag: d for tag, side in (("A", a[0]), ("B", b[0])) if (d := decision(side))})
+
+
+def decision(side: Side) -> str:
+    """What the side's adaptive sweep decided about its checkpoint ("" for a fixed sweep)."""
+    from handoff.report.adaptive import adaptive_result
+
+    result = adaptive_result(RunDir(side.run_dir))
+    d = result.checkpoints.get(side.checkpoint) if result is not None else None
+    if d is None:
+        return ""
+    return (f"{d.status} at round {d.round} of {result.rounds} ({d.episodes_at_decision} episodes; "
+            f"{d.episodes} run of the fixed design's {d.fixed_episodes}), {result.metric} margin {result.margin:g}")
+
+
+def sequences(a: list[EpisodeScore], b: list[EpisodeScore], confidence: float = 0.95) -> dict[str, SequenceBound]:
+    """The anytime-valid CS (handoff.rules.sequential) of A - B for each of its metrics, trial by
+    trial as rounds: valid also for a comparison looked at while the runs grow."""
+    def values(scores: list[EpisodeScore], metric: str) -> dict:
+        return {(s.domain, s.task_id, s.trial or 0): METRICS[metric](s) for s in scores}
+
+    return {metric: confidence_sequence(paired_observations(values(a, metric), values(b, metric), 1), confidence)
+            for metric in METRICS}
 
 
 def _num(x: float | None) -> str:
@@ -110,6 +136,12 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
         interval = f"[{_num(d.lo)}, {_num(d.hi)}]"
         lines.append(f"{name:{width}} {a:>9} {b:>9} {_num(d.diff):>9}  {interval:>21}  "
                      f"{'yes' if cmp.significant[name] else 'no'}")
+    lines += ["", "anytime-valid (a confidence sequence over the shared trials, docs/metrics.md):"]
+    for name, cs in cmp.sequences.items():
+        interval = f"[{_num(cs.lo)}, {_num(cs.hi)}]"
+        lines.append(f"{name:34} {'':>9} {'':>9} {_num(cs.estimate):>9}  {interval:>21}  "
+                     f"{'yes' if cs.lo > 0 or cs.hi < 0 else 'no'}")
+    lines += [f"adaptive sweep, {tag}: {text}" for tag, text in cmp.decisions.items()]
     lines.append("")
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
         runs = ", ".join(side.wandb_runs) or "(no W&B run)"

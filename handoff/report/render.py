@@ -9,6 +9,7 @@ from pathlib import Path
 
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
+from handoff.report.adaptive import adaptive_result, markdown_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -170,6 +171,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
                      *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
+    adaptive = adaptive_result(run)
+    lines += markdown_lines(adaptive) if adaptive is not None else []
     for title, *section in SECTIONS:
         lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]

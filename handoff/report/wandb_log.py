@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
+from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
 from handoff.report.reducer import Reduction
 from handoff.report.transcripts import page, transcripts_of
 from handoff.rules.metrics import Interval, Metrics
@@ -160,8 +161,10 @@ def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], 
     without a recorded plan (synthetic runs) has what its shards hold."""
     ckpts = [(c["name"], c["step"]) for c in run.manifest.checkpoints] or reduction.checkpoints()
     plan: dict[tuple[str, str], set[str]] = {}
+    trials = scheduled_trials(run)  # an adaptive sweep: only the rounds each checkpoint was given
     for shard in run.manifest.shards:
-        plan.setdefault((shard["model"], shard["domain"]), set()).add(shard["id"])
+        if trials is None or shard["trial"] < trials.get(shard["model"], 0):
+            plan.setdefault((shard["model"], shard["domain"]), set()).add(shard["id"])
     return sorted(ckpts, key=lambda c: (c[1], c[0])), plan
 
 
@@ -273,7 +276,8 @@ def _log_eval_run(reduction: Reduction, run: RunDir, domain: str, rows: list[Row
             data = episode_rows(reduction, row.checkpoint, domain, transcripts, lambda h: wandb.Html(h, inject=False))
             table = wandb.Table(columns=TABLE_COLUMNS, data=data)
             wb.log({**row.values, "episodes": table}, step=index)
-        wb.summary.update(best_of(rows))
+        adaptive = adaptive_result(run)
+        wb.summary.update(best_of(rows) | (wandb_summary(adaptive) if adaptive is not None else {}))
     finally:
         wb.finish()
 

@@ -1,6 +1,7 @@
 """The metrics of docs/metrics.md over a set of EpisodeScores, each with a 95% interval.
 
-Proportions get Wilson score intervals; F1 and means get a percentile bootstrap over tasks (the
+Proportions get Wilson score intervals, at the cluster-robust effective sample size when a task has
+several trials (clustered_wilson); F1 and means get a percentile bootstrap over tasks (the
 task is the unit that is resampled, with all its trials), with a fixed seed so that a report is
 reproducible. Every bootstrapped statistic is a ratio of per-task sums (a mean is sum/count, F1 is
 2TP / (2TP + FP + FN)), which is what lets one resampling serve them all and pair two runs.
@@ -119,6 +120,49 @@ def wilson(k: int, n: int, z: float = Z95) -> Interval:
     return Interval(value=p, lo=lo, hi=hi, n=n, k=k)
 
 
+def _wilson_at(p: float, n: float, z: float) -> tuple[float, float]:
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def clustered_wilson(k: Sequence[float], n: Sequence[float], z: float = Z95) -> Interval:
+    """sum(k) / sum(n) for k[j] of n[j] in task j, with a Wilson interval that respects tasks: at
+    the effective sample size p(1 - p) / v (at most sum(n); Korn & Graubard 1998), v the
+    cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 / sum(n)^2 of J tasks (the sandwich
+    variance of an intercept-only regression clustered by task, CR1). With one trial per task it
+    is plain Wilson; at p = 0 or 1 (v = 0) the tasks count, J, and one task is one observation."""
+    total_k, total_n = int(sum(k)), int(sum(n))
+    if not total_n or max(n) <= 1:
+        return wilson(total_k, total_n, z)
+    p = total_k / total_n
+    ks, ns = np.asarray(k, dtype=float)[np.asarray(n) > 0], np.asarray(n, dtype=float)[np.asarray(n) > 0]
+    tasks = len(ns)
+    variance = tasks / (tasks - 1) * float(((ks - p * ns) ** 2).sum()) / total_n**2 if tasks > 1 else 0.0
+    n_eff = min(total_n, p * (1 - p) / variance) if variance > 0 else (total_n if 0 < p < 1 else tasks)
+    lo, hi = _wilson_at(p, n_eff, z)
+    return Interval(value=p, lo=0.0 if total_k == 0 else lo, hi=1.0 if total_k == total_n else hi, n=total_n,
+                    k=total_k)
+
+
+def share(scores: Sequence[EpisodeScore], hit: Callable[[EpisodeScore], bool],
+          among: Callable[[EpisodeScore], bool] = lambda s: True) -> Interval:
+    """The share of the episodes `among` that `hit`, with clustered_wilson's interval over tasks."""
+    return _task_share((s, float(hit(s)), 1.0) for s in scores if among(s))
+
+
+def _task_share(items) -> Interval:
+    """clustered_wilson over (episode, k, n) triples summed per task."""
+    by_task: dict[TaskKey, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s, k, n in items:
+        counts = by_task[(s.domain, s.task_id)]
+        counts[0] += k
+        counts[1] += n
+    ks = [c[0] for c in by_task.values()]
+    return clustered_wilson(ks, [c[1] for c in by_task.values()])
+
+
 def _tau2_reward(s: EpisodeScore) -> float:
     return s.tau2_reward or 0.0  # not evaluated counts as a failure, as a premature ending does
 
@@ -206,7 +250,7 @@ def compute_metrics(
         transfer_rate_by_rule=_transfer_rates(scores),
         handoff_turn_by_rule=_handoff_turns(scores),
         tau2_reward=boot.interval(RATIOS["tau2_reward"]),
-        tau2_success=wilson(sum(is_successful(_tau2_reward(s)) for s in scores), len(scores)),
+        tau2_success=share(scores, lambda s: is_successful(_tau2_reward(s))),
         pass_hat_k=_pass_hat_k(by_task, boot, ks),
         reward=boot.interval(RATIOS["reward"]),
         violation_rate=_violation_rates(scores),
@@ -294,38 +338,36 @@ def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums, cell=_cell, f1: st
     tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
     return HandoffMetrics(
         confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
-        precision=wilson(tp, tp + fp),
-        recall=wilson(tp, tp + fn),
+        precision=share(scores, lambda s: cell(s)[1], among=lambda s: cell(s)[0]),
+        recall=share(scores, lambda s: cell(s)[0], among=lambda s: cell(s)[1]),
         f1=boot.interval(RATIOS[f1]),
-        accuracy=wilson(tp + tn, len(scores)),
+        accuracy=share(scores, lambda s: cell(s)[0] == cell(s)[1]),
     )
 
 
 def _transfer_rates(scores: Sequence[EpisodeScore], rule_of=lambda s: s.label.rule) -> dict[str, Interval]:
-    by_rule: dict[str, list[bool]] = defaultdict(list)
-    for s in scores:
-        by_rule[rule_of(s)].append(s.transferred)
-    return {rule: wilson(sum(t), len(t)) for rule, t in sorted(by_rule.items())}
+    rules = sorted({rule_of(s) for s in scores})
+    return {rule: share(scores, lambda s: s.transferred, among=lambda s, r=rule: rule_of(s) == r) for rule in rules}
 
 
 def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
     """The hand-off metrics under the episode label, the outcome classes split by who asked, and the
     share of hand-offs each initiator started (Metrics' fields from handoff_episode on)."""
-    details = Counter(s.outcome_detail() for s in scores)
-    episode_details = Counter(s.outcome_detail(episode=True) for s in scores)
-    episode_outcomes = Counter(s.episode_outcome for s in scores)
-    initiators = Counter(s.handoff_initiator for s in scores if s.handoff_initiator is not None)
-    n_transferred = sum(initiators.values())
-    known = [s for s in scores if s.user_request_offscript is not None]
+    def initiated(s):
+        return s.handoff_initiator is not None
+
     return {
         "handoff_episode": _handoff(scores, boot, _episode_cell, "handoff_episode_f1"),
-        "outcomes_episode": {o.value: wilson(episode_outcomes[o], len(scores)) for o in Outcome},
-        "outcome_details": {d.value: wilson(details[d], len(scores)) for d in OutcomeDetail},
-        "outcome_details_episode": {d.value: wilson(episode_details[d], len(scores)) for d in OutcomeDetail},
+        "outcomes_episode": {o.value: share(scores, lambda s, o=o: s.episode_outcome is o) for o in Outcome},
+        "outcome_details": {d.value: share(scores, lambda s, d=d: s.outcome_detail() is d) for d in OutcomeDetail},
+        "outcome_details_episode": {d.value: share(scores, lambda s, d=d: s.outcome_detail(episode=True) is d)
+                                    for d in OutcomeDetail},
         "transfer_rate_by_episode_rule": _transfer_rates(scores, lambda s: s.episode_rule),
-        "handoff_initiator": {i: wilson(initiators[i], n_transferred) for i in ("user", "agent_offer", "agent")},
-        "user_ended_for_transfer": wilson(sum(s.user_ended_for_transfer for s in scores), len(scores)),
-        "user_request_offscript": wilson(sum(bool(s.user_request_offscript) for s in known), len(known)),
+        "handoff_initiator": {i: share(scores, lambda s, i=i: s.handoff_initiator == i, among=initiated)
+                              for i in ("user", "agent_offer", "agent")},
+        "user_ended_for_transfer": share(scores, lambda s: s.user_ended_for_transfer),
+        "user_request_offscript": share(scores, lambda s: bool(s.user_request_offscript),
+                                        among=lambda s: s.user_request_offscript is not None),
         **_handoff_quality(scores),
     }
 
@@ -337,18 +379,17 @@ def _handoff_quality(scores: Sequence[EpisodeScore]) -> dict:
         if s.handoff_delay is not None:
             delays[s.episode_rule].append(s.handoff_delay)
             delays[ANY].append(s.handoff_delay)
-    needed = [s for s in scores if s.transferred and s.episode_should_transfer and s.write_before_handoff is not None]
-    summaries = [s.summary_complete for s in scores if s.summary_complete is not None]
     return {
         "handoff_delay_by_rule": {rule: median_interval(d) for rule, d in sorted(delays.items())},
-        "handoff_after_write": wilson(sum(s.write_before_handoff for s in needed), len(needed)),
-        "handoff_summary_complete": wilson(sum(summaries), len(summaries)),
+        "handoff_after_write": share(scores, lambda s: s.write_before_handoff, among=lambda s: (
+            s.transferred and s.episode_should_transfer and s.write_before_handoff is not None)),
+        "handoff_summary_complete": share(scores, lambda s: s.summary_complete,
+                                          among=lambda s: s.summary_complete is not None),
     }
 
 
 def _outcomes(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    counts = Counter(s.outcome for s in scores)
-    return {o.value: wilson(counts[o], len(scores)) for o in Outcome}
+    return {o.value: share(scores, lambda s, o=o: s.outcome == o) for o in Outcome}
 
 
 def median_interval(values: Sequence[float], z: float = Z95) -> Interval:
@@ -401,18 +442,18 @@ def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks:
 
 
 def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    fired = [{v.rule for v in s.violations} for s in scores]
-    rates = {rule.value: wilson(sum(rule in f for f in fired), len(scores)) for rule in RuleId}
-    rates[ANY] = wilson(sum(bool(f) for f in fired), len(scores))
+    fired = lambda s: {v.rule for v in s.violations}
+    rates = {rule.value: share(scores, lambda s, r=rule: r in fired(s)) for rule in RuleId}
+    rates[ANY] = share(scores, lambda s: bool(s.violations))
     return rates
 
 
 def _format_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    turns = sum(s.n_assistant_turns for s in scores)
-    per_kind = Counter(e.kind for s in scores for e in s.format_errors)
-    any_turns = sum(_error_turns(s) for s in scores)
-    counts = {kind.value: per_kind[kind] for kind in FormatKind} | {ANY: any_turns}
-    return {name: _per_100(wilson(min(k, turns), turns)) for name, k in counts.items()}
+    def rate(errors: Callable[[EpisodeScore], int]) -> Interval:
+        return _per_100(_task_share((s, min(errors(s), s.n_assistant_turns), s.n_assistant_turns) for s in scores))
+
+    kinds = {kind.value: (lambda s, k=kind: sum(e.kind == k for e in s.format_errors)) for kind in FormatKind}
+    return {name: rate(errors) for name, errors in (kinds | {ANY: _error_turns}).items()}
 
 
 def _per_100(rate: Interval) -> Interval:
@@ -421,5 +462,5 @@ def _per_100(rate: Interval) -> Interval:
 
 
 def _terminations(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
-    counts = Counter(s.termination_reason for s in scores)
-    return {reason: wilson(k, len(scores)) for reason, k in sorted(counts.items())}
+    reasons = sorted({s.termination_reason for s in scores})
+    return {reason: share(scores, lambda s, r=reason: s.termination_reason == r) for reason in reasons}

@@ -36,7 +36,7 @@ EXECUTION_KEYS = (
 )
 # Keys left out of the hash while they hold these values, so that runs from before the key existed
 # resume (engine.dtype auto: the engine decides from its CPU, handoff.engine.cpu).
-UNHASHED_DEFAULTS = {"engine.dtype": "auto"}
+UNHASHED_DEFAULTS = {"engine.dtype": "auto", "engine.script.accuracy": None}
 
 
 class ModelConfig(Strict):
@@ -202,6 +202,28 @@ class WorkersConfig(Strict):
     fast_eval: bool = True  # handoff.fasteval: tau2's evaluator and environments, same rewards, less CPU
 
 
+class AdaptiveConfig(Strict):
+    """Adaptive sweeps (docs/sweep.md): rounds of `round_trials` trials of every task, up to
+    `max_trials`; after each, a checkpoint decided worse than the best by more than `margin` on
+    `metric` (or tied within it) at `confidence` gets no more episodes (handoff.sweep.adaptive)."""
+
+    enabled: bool = False
+    metric: Literal["handoff_accuracy", "handoff_recall", "tau2_success", "tau2_reward"] = "handoff_accuracy"
+    margin: float = Field(0.05, ge=0, lt=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    max_trials: int = Field(8, ge=1)
+    round_trials: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _rounds_fit(self):
+        if self.round_trials > self.max_trials:
+            raise ValueError(f"round_trials ({self.round_trials}) exceeds max_trials ({self.max_trials})")
+        return self
+
+
+UNHASHED_DEFAULTS["adaptive"] = AdaptiveConfig().model_dump()  # a fixed sweep resumes runs from before it
+
+
 class SweepConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     run_dir: str
@@ -223,9 +245,21 @@ class SweepConfig(Strict):
     tasks: TasksConfig
     episode: EpisodeLimits
     workers: WorkersConfig
+    adaptive: AdaptiveConfig = Field(default_factory=AdaptiveConfig)
 
     def domains(self) -> list[str]:
         return sorted(d.name for d in self.domain.values())
+
+    def planned_trials(self) -> int:
+        """Trials per task in the plan: adaptive.max_trials in an adaptive sweep, else trials."""
+        return self.adaptive.max_trials if self.adaptive.enabled else self.trials
+
+    @model_validator(mode="after")
+    def _adaptive_trials(self):
+        if self.adaptive.enabled and self.trials not in (1, self.adaptive.max_trials):
+            raise ValueError(f"trials ({self.trials}): an adaptive sweep plans adaptive.max_trials "
+                             f"({self.adaptive.max_trials}) trials; leave trials at 1")
+        return self
 
     @field_validator("domain")
     @classmethod
@@ -368,6 +402,22 @@ def _check_paths(cfg: SweepConfig) -> list[str]:
     return errors
 
 
+def _script_problems(cfg: SweepConfig) -> list[str]:
+    """engine.script of the scripted engine: its schema, and known-answer accuracies of checkpoints
+    the sweep has."""
+    if cfg.engine.kind != "scripted":
+        return []
+    from handoff.sweep.engines import ScriptConfig
+
+    try:
+        script = ScriptConfig.model_validate(cfg.engine.script)
+    except ValidationError as exc:
+        return [f"engine.script.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+    names = {c.name for c in checkpoints(cfg)}
+    return [f"engine.script.accuracy.{name}: no checkpoint of the sweep is named so ({', '.join(sorted(names))})"
+            for name in script.accuracy or {} if name not in names]
+
+
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
     """The composed config as a SweepConfig, or ConfigError naming each bad key."""
     try:
@@ -378,7 +428,7 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError.from_validation("sweep config", exc) from None
-    errors = _check_paths(sweep) if check_paths else []
+    errors = (_check_paths(sweep) if check_paths else []) + _script_problems(sweep)
     if errors:
         raise ConfigError.of("sweep config", errors)
     return sweep

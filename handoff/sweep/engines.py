@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -34,8 +35,9 @@ import traceback
 import uuid
 from collections import OrderedDict
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from handoff.engine.base import ContextOverflowError, Generation, Sampling
 from handoff.sweep.config import Checkpoint, EngineConfig
@@ -61,6 +63,12 @@ class ScriptConfig(BaseModel):
     # The agent shares the user simulator's replicas when the paths match, as vLLM engines do (each
     # request's role from its session id): the rolling schedule's pinned slots, for tests.
     share_user_engine: bool = False
+    # A known-answer agent: checkpoint name -> the probability that it hands off correctly. Such a
+    # checkpoint's agent replays `agent` (which transfers) where it transfers, else `no_transfer`;
+    # it transfers iff the task's label says so when a draw from the episode seed falls below
+    # the probability, else it does the opposite (handoff_decision).
+    accuracy: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
+    no_transfer: list[str] = ["I can help you with that myself; there is no need for a human agent."]
 
 
 class _Tokenizer:
@@ -107,6 +115,9 @@ class ScriptedReplay:
 
         role = self._role(request_id)
         completions = getattr(self.script, role)
+        accuracy = (self.script.accuracy or {}).get(self.checkpoint.name)
+        if role == "agent" and accuracy is not None and not handoff_decision(request_id, accuracy):
+            completions = self.script.no_transfer
         turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[role]
         completion = completions[min(max(turns, 0), len(completions) - 1)]
         async with self.batch:
@@ -127,6 +138,29 @@ class ScriptedReplay:
             line = f"{os.getpid()} {self.checkpoint.name} {started:.6f} {time.time():.6f}\n"
             with open(self.script.service_log, "a") as f:  # one short O_APPEND write: lines never mix
                 f.write(line)
+
+
+def handoff_decision(request_id: str, accuracy: float) -> bool:
+    """Whether a known-answer agent (ScriptConfig.accuracy) transfers in the episode of this agent
+    request (`<domain>/<task id>-<seed>-<hex>/<hex>`, handoff.agent.episode.agent_session): right
+    (transfer iff the task's label says so) when the episode seed's draw falls below `accuracy`.
+    Every checkpoint meets the same draw in an episode (common random numbers)."""
+    domain, rest = request_id.split("/", 1)
+    task_id, seed, _ = rest.rsplit("/", 1)[0].rsplit("-", 2)
+    return _should_transfer(domain, task_id) == (seed_draw(int(seed)) < accuracy)
+
+
+@functools.cache
+def _should_transfer(domain: str, task_id: str) -> bool:
+    from handoff.tasks.labels import label_for
+
+    return label_for(domain, task_id).should_transfer
+
+
+def seed_draw(seed: int) -> float:
+    """A uniform draw in [0, 1) from an episode seed (sha256: the same in every process)."""
+    digest = hashlib.sha256(f"accuracy/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class EpisodeCancelled(RuntimeError):

@@ -88,7 +88,7 @@ def plan_shards(cfg: SweepConfig, ckpts: list[Checkpoint], task_ids: dict[str, l
     for ck in ckpts:
         for domain in cfg.domains():
             ids = task_ids[domain]
-            for trial in range(cfg.trials):
+            for trial in range(cfg.planned_trials()):
                 for start in range(0, len(ids), cfg.shard_size):
                     chunk = ids[start:start + cfg.shard_size]
                     episodes = [Episode(model=ck.name, step=ck.step, domain=domain, task_id=tid, trial=trial,

@@ -129,8 +129,9 @@ class Prepared:
         ids = {d: [t.id for t in ts] for d, ts in tasks.items()}
         self.shards = plan_shards(self.sweep, self.ckpts, ids)
         self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides, self.content)
-        if recorded is not None:  # a resume: the run keeps its identity
+        if recorded is not None:  # a resume: the run keeps its identity, and an adaptive one its rounds
             self.manifest.run_uuid, self.manifest.created = recorded.run_uuid, recorded.created
+            self.manifest.adaptive = recorded.adaptive
 
     def _same_inputs(self, recorded: Manifest) -> bool:
         from handoff.tasks import manifest_hashes
@@ -234,7 +235,7 @@ def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> t
     """Run (or resume) the sweep; the run directory holds the results."""
     prepared = prepare(cfg, overrides)
     try:
-        return prepared, _execute(prepared, progress)
+        return prepared, execute(prepared, progress)
     finally:
         prepared.run.unlock()
 
@@ -244,14 +245,26 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
     no other sweep driver writes shards while this one reduces them."""
     prepared = prepare(cfg, overrides)
     try:
-        summary = _execute(prepared, progress=True)
+        summary = execute(prepared, progress=True)
         return prepared, summary, finish(prepared, summary)
     finally:
         prepared.run.unlock()
 
 
-def _execute(prepared: Prepared, progress: bool) -> Summary:
-    driver = Driver(prepared.sweep, prepared.run, prepared.ckpts, prepared.shards, progress=progress)
+def execute(prepared: Prepared, progress: bool) -> Summary:
+    """The sweep's episodes: the whole plan, or an adaptive sweep's rounds (handoff.sweep.adaptive)."""
+    if prepared.sweep.adaptive.enabled:
+        from handoff.sweep.adaptive import run_rounds
+
+        return run_rounds(prepared, progress, _execute)
+    return _execute(prepared, progress)
+
+
+def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = None) -> Summary:
+    """Run the plan's shards, or `shards` (an adaptive sweep's round) on their checkpoints only."""
+    ckpts = prepared.ckpts if shards is None else [c for c in prepared.ckpts if c.name in {s.model for s in shards}]
+    driver = Driver(prepared.sweep, prepared.run, ckpts, prepared.shards if shards is None else shards,
+                    progress=progress)
     cluster = prepared.sweep.cluster
     local = not cluster.address and not _ray_initialized()
     if local:

@@ -1,0 +1,126 @@
+"""What an adaptive sweep decided (handoff.sweep.adaptive): reduced/adaptive.json, the report's
+section and W&B's summary keys. Per checkpoint: its status (best, tied, worse, undecided), the round
+and episodes at the decision, the episodes it cost against the fixed design of adaptive.max_trials
+trials for every checkpoint; and the tie set: the checkpoints not shown worse than the best."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from handoff.rules.sequential import SequenceBound, Status
+from handoff.rundir import RunDir
+
+
+class CheckpointDecision(BaseModel):
+    status: Status
+    mean: float | None
+    vs_best: SequenceBound | None
+    round: int
+    episodes_at_decision: int
+    episodes: int  # run in all (the episodes of the rounds it was given)
+    fixed_episodes: int  # what the fixed design spends on it
+
+
+class AdaptiveResult(BaseModel):
+    metric: str
+    margin: float
+    confidence: float
+    max_trials: int
+    round_trials: int
+    rounds: int
+    finished: bool  # no checkpoint undecided, or max_trials spent
+    tie_set: list[str]
+    episodes: int
+    fixed_episodes: int
+    checkpoints: dict[str, CheckpointDecision]
+
+
+def adaptive_result(run: RunDir) -> AdaptiveResult | None:
+    """The decisions recorded in the run's manifest; None for a run that is not adaptive."""
+    from handoff.sweep.adaptive import finished, n_rounds, recorded_rounds
+
+    cfg = run.config.get("adaptive") or {}
+    if not cfg.get("enabled"):
+        return None
+    rounds = recorded_rounds(run.manifest)
+    planned: dict[str, int] = {}
+    for shard in run.manifest.shards:
+        planned[shard["model"]] = planned.get(shard["model"], 0) + len(shard["episodes"])
+    ran = {name: 0 for name in planned}
+    trials = scheduled_trials(run) or {}
+    for shard in run.manifest.shards:
+        if shard["trial"] < trials.get(shard["model"], 0) and run.shard_path(shard["id"]).is_file():
+            ran[shard["model"]] += len(shard["episodes"])
+    verdicts = rounds[-1].verdicts if rounds else {}
+    decisions = {name: CheckpointDecision(status=v.status, mean=v.mean, vs_best=v.vs_best, round=v.round,
+                                          episodes_at_decision=v.episodes, episodes=ran.get(name, 0),
+                                          fixed_episodes=planned.get(name, 0))
+                 for name, v in verdicts.items()}
+    return AdaptiveResult(
+        metric=cfg["metric"], margin=cfg["margin"], confidence=cfg["confidence"], max_trials=cfg["max_trials"],
+        round_trials=cfg["round_trials"], rounds=len(rounds),
+        finished=finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"])),
+        tie_set=[n for n, d in decisions.items() if d.status != "worse"],
+        episodes=sum(ran.values()), fixed_episodes=sum(planned.values()), checkpoints=decisions)
+
+
+def scheduled_trials(run: RunDir) -> dict[str, int] | None:
+    """checkpoint -> the trials per task its rounds gave it (an adaptive run; else None): a
+    checkpoint decided tied or worse has those of its deciding round, the others those of the
+    last round (of the next one while the rounds go on)."""
+    from handoff.sweep.adaptive import finished, n_rounds, recorded_rounds
+
+    cfg = run.config.get("adaptive") or {}
+    if not cfg.get("enabled"):
+        return None
+    rounds = recorded_rounds(run.manifest)
+    last = rounds[-1] if rounds else None
+    done = finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"]))
+    current = last.trials if done else min((len(rounds) + 1) * cfg["round_trials"], cfg["max_trials"])
+    names = {s["model"] for s in run.manifest.shards}
+    out = {}
+    for name in names:
+        v = last.verdicts.get(name) if last else None
+        decided = v is not None and v.status in ("tied", "worse")
+        out[name] = rounds[v.round - 1].trials if decided else current
+    return out
+
+
+def write_adaptive(run: RunDir) -> AdaptiveResult | None:
+    from handoff.records import write_atomic
+
+    result = adaptive_result(run)
+    if result is not None:
+        write_atomic(run.metrics.parent / "adaptive.json", result.model_dump_json(indent=1) + "\n")
+    return result
+
+
+def markdown_lines(result: AdaptiveResult) -> list[str]:
+    """The report's section: the tie set, then a row per checkpoint."""
+    spent = f"{result.episodes} episodes of the fixed design's {result.fixed_episodes}"
+    lines = ["## Adaptive decisions", "",
+             f"Best checkpoints (the tie set: not shown worse than the best by more than {result.margin:g} in "
+             f"{result.metric}, anytime-valid at confidence {result.confidence:g}): "
+             f"**{', '.join(result.tie_set) or 'none'}**. {result.rounds} round(s) of {result.round_trials} "
+             f"trial(s), {spent}" + ("" if result.finished else "; the rounds are not finished (resume the sweep)")
+             + ". Checkpoints within the margin of each other may need the whole budget to be told apart.", ""]
+    header = ["checkpoint", "status", result.metric, f"{result.metric} - best (CS)", "decided at round",
+              "episodes at decision", "episodes", "fixed design"]
+    rows = []
+    for name, d in result.checkpoints.items():
+        cs = "" if d.vs_best is None else f"{d.vs_best.estimate:+.3f} [{d.vs_best.lo:+.3f}, {d.vs_best.hi:+.3f}]"
+        decided = d.round if d.status in ("tied", "worse") else ""
+        mean = "n/a" if d.mean is None else f"{d.mean:.3f}"
+        rows.append([name, d.status, mean, cs, decided, d.episodes_at_decision, d.episodes, d.fixed_episodes])
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return lines + [""]
+
+
+def wandb_summary(result: AdaptiveResult) -> dict:
+    out = {"best/tie_set": ", ".join(result.tie_set), "adaptive/episodes": result.episodes,
+           "adaptive/fixed_episodes": result.fixed_episodes, "adaptive/rounds": result.rounds}
+    for name, d in result.checkpoints.items():
+        out |= {f"adaptive/{name}/status": d.status, f"adaptive/{name}/round": d.round,
+                f"adaptive/{name}/episodes": d.episodes}
+    return out
