@@ -22,8 +22,9 @@ import time
 
 import handoff  # noqa: F401
 from bench.common import report
+from handoff.report.adaptive import Round, finished, n_rounds
 from handoff.rules.sequential import confidence_sequence, decide, paired_observations
-from handoff.sweep.adaptive import Round, finished, n_rounds, running
+from handoff.sweep.adaptive import running
 from handoff.sweep.engines import seed_draw
 from handoff.sweep.plan import episode_seed
 

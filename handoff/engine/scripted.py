@@ -10,7 +10,9 @@ request's `max_tokens` is cut there with finish reason "length". Every prompt is
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Annotated
+
+from pydantic import BaseModel, Field
 
 from handoff.engine.base import Generation, Sampling
 
@@ -53,3 +55,31 @@ class ScriptedEngine:
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+class ScriptConfig(BaseModel):
+    """engine.script for kind=scripted: completions per role, chosen statelessly from the prompt
+    (the number of assistant turns already in it), so that a restarted actor replays the same.
+
+    Timing, to stand in for an accelerator: a replica takes `load_delay_s` to load a checkpoint,
+    and serves each request in `delay_s` with at most engine.max_num_seqs requests at once (a
+    batch); more wait their turn. With `service_log` set, every replica appends one line per served
+    request, `<replica pid> <checkpoint> <start> <end>` (time.time()), for bench.bench_schedule."""
+
+    agent: list[str]
+    user: list[str]
+    delay_s: float = 0.0
+    load_delay_s: float = 0.0
+    turn_marker: str = "<|im_start|>assistant"
+    fail_sessions: str | None = None  # regex: requests of matching sessions raise (a broken episode)
+    fail_load: str | None = None  # regex on "<role>/<checkpoint name>": a matching replica fails to load
+    service_log: str | None = None
+    # The agent shares the user simulator's replicas when the paths match, as vLLM engines do (each
+    # request's role from its session id): the rolling schedule's pinned slots, for tests.
+    share_user_engine: bool = False
+    # A known-answer agent: checkpoint name -> the probability that it hands off correctly. Such a
+    # checkpoint's agent replays `agent` (which transfers) where it transfers, else `no_transfer`;
+    # it transfers iff the task's label says so when a draw from the episode seed falls below
+    # the probability, else it does the opposite (handoff_decision).
+    accuracy: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
+    no_transfer: list[str] = ["I can help you with that myself; there is no need for a human agent."]

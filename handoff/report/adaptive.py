@@ -5,10 +5,33 @@ trials for every checkpoint; and the tie set: the checkpoints not shown worse th
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel
 
-from handoff.rules.sequential import SequenceBound, Status
+from handoff.rules.sequential import SequenceBound, Status, Verdict
 from handoff.rundir import RunDir
+
+
+class Round(BaseModel):
+    """A decided round: its number (1-based), the trials per task after it, every verdict."""
+
+    round: int
+    trials: int
+    verdicts: dict[str, Verdict]
+
+
+def n_rounds(max_trials: int, round_trials: int) -> int:
+    return math.ceil(max_trials / round_trials)
+
+
+def recorded_rounds(manifest) -> list[Round]:
+    return [Round.model_validate(r) for r in manifest.adaptive]
+
+
+def finished(rounds: list[Round], max_rounds: int) -> bool:
+    return bool(rounds) and (len(rounds) >= max_rounds or
+                             all(v.status != "undecided" for v in rounds[-1].verdicts.values()))
 
 
 class CheckpointDecision(BaseModel):
@@ -37,8 +60,6 @@ class AdaptiveResult(BaseModel):
 
 def adaptive_result(run: RunDir) -> AdaptiveResult | None:
     """The decisions recorded in the run's manifest; None for a run that is not adaptive."""
-    from handoff.sweep.adaptive import finished, n_rounds, recorded_rounds
-
     cfg = run.config.get("adaptive") or {}
     if not cfg.get("enabled"):
         return None
@@ -68,8 +89,6 @@ def scheduled_trials(run: RunDir) -> dict[str, int] | None:
     """checkpoint -> the trials per task its rounds gave it (an adaptive run; else None): a
     checkpoint decided tied or worse has those of its deciding round, the others those of the
     last round (of the next one while the rounds go on)."""
-    from handoff.sweep.adaptive import finished, n_rounds, recorded_rounds
-
     cfg = run.config.get("adaptive") or {}
     if not cfg.get("enabled"):
         return None

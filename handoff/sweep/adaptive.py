@@ -12,37 +12,14 @@ in-place reload are the fixed sweep's, round by round.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel
-
-from handoff.rules.sequential import METRICS, EpisodeKey, Verdict, decide
+from handoff.report.adaptive import Round, finished, n_rounds, recorded_rounds
+from handoff.rules.sequential import METRICS, EpisodeKey, decide
 from handoff.sweep.driver import Driver, Summary
 from handoff.sweep.plan import Shard
-
-
-class Round(BaseModel):
-    """A decided round: its number (1-based), the trials per task after it, every verdict."""
-
-    round: int
-    trials: int
-    verdicts: dict[str, Verdict]
-
-
-def n_rounds(max_trials: int, round_trials: int) -> int:
-    return math.ceil(max_trials / round_trials)
-
-
-def recorded_rounds(manifest) -> list[Round]:
-    return [Round.model_validate(r) for r in manifest.adaptive]
-
-
-def finished(rounds: list[Round], max_rounds: int) -> bool:
-    return bool(rounds) and (len(rounds) >= max_rounds or
-                             all(v.status != "undecided" for v in rounds[-1].verdicts.values()))
 
 
 def running(rounds: list[Round], names: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from handoff.engine.base import Sampling
 from handoff.engine.checkpoint import problems
+from handoff.engine.scripted import ScriptConfig
 from handoff.engine.vllm_engine import VLLMOptions
 from handoff.errors import ConfigError
 from handoff.rules.score import RewardWeights
@@ -407,8 +408,6 @@ def _script_problems(cfg: SweepConfig) -> list[str]:
     the sweep has."""
     if cfg.engine.kind != "scripted":
         return []
-    from handoff.sweep.engines import ScriptConfig
-
     try:
         script = ScriptConfig.model_validate(cfg.engine.script)
     except ValidationError as exc:

@@ -70,7 +70,8 @@ def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_
     rolling schedule: its one agent replica reloaded in place from checkpoint to checkpoint) decides
     the first checkpoint worse; the run stops inside round 2, after one checkpoint's shards; the
     resume (sequential) finishes round 2 for the two others without rerunning anything."""
-    from handoff.sweep.adaptive import recorded_rounds, run_rounds
+    from handoff.report.adaptive import recorded_rounds
+    from handoff.sweep.adaptive import run_rounds
     from handoff.sweep.run import _execute, prepare
 
     for step in (1, 2, 3):
@@ -146,10 +147,9 @@ def _check_what_was_decided(run_dir: Path) -> None:
 def test_what_was_decided_and_the_rounds_w_and_b_waits_for(tmp_path):
     """An adaptive run decided after round 2 of 8: each checkpoint's rows are final once the rounds
     it was given are (not the fixed design's 8 trials), and adaptive.json says what it cost."""
-    from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
+    from handoff.report.adaptive import Round, adaptive_result, scheduled_trials, wandb_summary
     from handoff.rules.sequential import Verdict
     from handoff.rundir import Manifest, RunDir
-    from handoff.sweep.adaptive import Round
 
     config = {"adaptive": {"enabled": True, "metric": "handoff_accuracy", "margin": 0.05, "confidence": 0.95,
                            "max_trials": 8, "round_trials": 1}}
