@@ -93,10 +93,14 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
-def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
-    """Write records atomically: the shard exists complete under `path` or not at all."""
+def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord], run_uuid: str | None = None) -> None:
+    """Write records atomically: the shard exists complete under `path` or not at all. `run_uuid`
+    (the sweep's run, handoff.rundir.Manifest) goes in the header: a shard copied in from another
+    run is then told apart from this run's own."""
     body = _body(records)
     header = {"shard_id": shard_id, "n": len(records), "sha256": hashlib.sha256(body).hexdigest()}
+    if run_uuid:
+        header["run_uuid"] = run_uuid
     write_atomic(path, json.dumps(header).encode() + b"\n" + body)
 
 

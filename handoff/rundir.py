@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import HandoffError
-from handoff.records import write_atomic
+from handoff.records import CorruptShard, read_shard_header, write_atomic
 
 MANIFEST_VERSION = 3
 """1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
@@ -197,6 +197,25 @@ class RunDir(RunPaths):
     @cached_property
     def manifest(self) -> Manifest:
         return self.read_manifest()
+
+    def run_shards(self) -> tuple[list[Path], dict[str, str]]:
+        """The files of shards/ that are this run's, by name, and why each other one is not (shard
+        id -> reason): a shard outside the manifest's plan, or one whose header names another run
+        (copied in from another seed or checkpoint). A manifest without a plan (an old or hand-made
+        run) owns every file. A file whose header is unreadable is left to the reader (corrupt)."""
+        planned = {s["id"] for s in self.manifest.shards} or None
+        own, foreign = [], {}
+        for path in self.shards():
+            if planned is not None and path.stem not in planned:
+                foreign[path.stem] = "not in the manifest's plan"
+                continue
+            with contextlib.suppress(CorruptShard):
+                owner = read_shard_header(path).get("run_uuid")
+                if owner not in (None, self.manifest.run_uuid):
+                    foreign[path.stem] = f"written by another run (run_uuid {owner})"
+                    continue
+            own.append(path)
+        return own, foreign
 
     @property
     def config(self) -> dict:

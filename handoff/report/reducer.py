@@ -46,6 +46,7 @@ class Reduction(BaseModel):
     n_episodes: int
     shards: list[str]
     corrupt_shards: list[str] = Field(default_factory=list)
+    foreign_shards: list[str] = Field(default_factory=list, description="files of shards/ not this run's (skipped)")
     failed_shards: list[str] = Field(default_factory=list)
     groups: list[GroupMetrics]
     episodes: list[ScoredEpisode] = Field(default_factory=list, exclude=True)
@@ -127,11 +128,14 @@ def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode
 
 
 def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], dict[str, list[ScoredEpisode]], list[str]]:
-    """All scored episodes of a run, sorted by key; also those of each shard read, and the shards
-    that are corrupt."""
+    """All scored episodes of the run's shards (RunDir.run_shards: a foreign file is skipped with a
+    warning), sorted by key; also those of each shard read, and the shards that are corrupt."""
     run.scores_dir.mkdir(parents=True, exist_ok=True)
     episodes, by_shard, corrupt, seen = [], {}, [], {}
-    for shard in run.shards():
+    own, foreign = run.run_shards()
+    for name, reason in foreign.items():
+        log.warning("skipping shards/%s.jsonl: %s", name, reason)
+    for shard in own:
         try:
             scored = _score_shard(run, shard, scorer)
         except CorruptShard as exc:
@@ -182,7 +186,8 @@ def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
 def reduce_locked(run: RunDir, scorer: Scorer | None = None) -> Reduction:
     episodes, by_shard, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
-                          corrupt_shards=corrupt, failed_shards=run.failed_ids(),
+                          corrupt_shards=corrupt, foreign_shards=sorted(run.run_shards()[1]),
+                          failed_shards=run.failed_ids(),
                           groups=compute_groups(episodes), episodes=episodes, by_shard=by_shard)
     write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

@@ -1,0 +1,46 @@
+"""Defects of a run directory found by issue 31's line-by-line review, each reproduced (no Ray): a
+shard of another run is this run's for neither resume nor the reducer (1), ..."""
+
+from __future__ import annotations
+
+import shutil
+
+from handoff.records import read_shard, read_shard_header, write_shard
+from handoff.report import reduce_run
+from handoff.sweep.plan import Shard
+from handoff.sweep.rundir import SweepRun
+from tests.support.runs import finished_run
+
+
+def _plan(run: SweepRun) -> list[Shard]:
+    return [Shard.model_validate(s) for s in run.read_manifest().shards]
+
+
+# -- 1: a shard copied in from another run --------------------------------------------------------------
+def test_a_shard_of_another_run_is_neither_resumed_nor_reduced(tmp_path):
+    ours, reseeded, twin = (SweepRun(finished_run(tmp_path / name, *extra))
+                            for name, extra in (("ours", ()), ("reseeded", ("seed=1",)), ("twin", ())))
+    first, second = _plan(ours)
+    ours.write_done(first, {r.key: r for r in read_shard(ours.shard_path(first.id))})
+    assert ours.is_done(first) and read_shard_header(ours.shard_path(first.id))["run_uuid"] == ours.run_uuid
+
+    # resume: the same episode keys under another seed, or the same seeds written by another run
+    shutil.copy(reseeded.shard_path(first.id), ours.shard_path(first.id))
+    assert not ours.is_done(first) and "seeds differ from the plan" in ours.failed_path(first.id).read_text()
+    twin.write_done(first, {r.key: r for r in read_shard(twin.shard_path(first.id))})
+    shutil.copy(twin.shard_path(first.id), ours.shard_path(first.id))
+    assert not ours.is_done(first)
+    assert f"another run (run_uuid {twin.run_uuid})" in ours.failed_path(first.id).read_text()
+    for record in read_shard(reseeded.shard_path(second.id)):  # a partial episode of another seed
+        ours.append_partial(second.id, record)
+    assert ours.read_partial(second) == {}
+
+    # the reducer: a planned shard written by another run, and another run's checkpoint under a new id
+    ours.write_done(first, {r.key: r for r in read_shard(reseeded.shard_path(first.id))})
+    shutil.copy(twin.shard_path(first.id), ours.shard_path(first.id))
+    other = [r.model_copy(update={"model": "elsewhere"}) for r in read_shard(reseeded.shard_path(second.id))]
+    write_shard(ours.shard_path("elsewhere__airline__t0__0000"), "elsewhere__airline__t0__0000", other)
+    reduction = reduce_run(ours.root)
+    assert reduction.foreign_shards == sorted([first.id, "elsewhere__airline__t0__0000"])
+    assert reduction.shards == [second.id] and reduction.n_episodes == len(second.episodes)
+    assert [model for model, _ in reduction.checkpoints()] == [second.model]
