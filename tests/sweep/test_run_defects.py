@@ -44,3 +44,35 @@ def test_a_shard_of_another_run_is_neither_resumed_nor_reduced(tmp_path):
     assert reduction.foreign_shards == sorted([first.id, "elsewhere__airline__t0__0000"])
     assert reduction.shards == [second.id] and reduction.n_episodes == len(second.episodes)
     assert [model for model, _ in reduction.checkpoints()] == [second.model]
+
+
+# -- 2: secrets of other shapes ---------------------------------------------------------------------------
+def test_env_defaults_header_names_and_camel_case_keys_are_redacted_or_refused(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from handoff.sweep.config import REDACTED, literal_secrets, recorded_config
+    from handoff.sweep.run import parse_overrides
+
+    for var in ("HANDOFF_T31_KEY", "HANDOFF_T31_TOKEN", "HANDOFF_T31_URL"):
+        monkeypatch.delenv(var, raising=False)
+    headers = {"Ocp-Apim-Subscription-Key": "k-subscription", "accessToken": "t-access",
+               "clientSecret": "s-client", "maxTokens": 5, "keyColumn": "task_id"}
+    cfg = OmegaConf.create({"llm_args": {
+        "api_key": "${oc.env:HANDOFF_T31_KEY,sk-literal-default}",  # a secret's key: its default is a secret
+        "proxy": "${oc.env:HANDOFF_T31_TOKEN,tok-literal-default}",  # a secret's variable, under any key
+        "base_url": "${oc.env:HANDOFF_T31_URL,http://localhost:8000/v1}",  # neither: recorded as resolved
+        "extra_headers": headers},
+        "copies": ["${llm_args.api_key}", "tok-literal-default"]})
+    recorded = recorded_config(cfg)["llm_args"]
+    assert recorded["api_key"] == f"${{oc.env:HANDOFF_T31_KEY,{REDACTED}}}"
+    assert recorded["proxy"] == f"${{oc.env:HANDOFF_T31_TOKEN,{REDACTED}}}"
+    assert recorded["base_url"] == "http://localhost:8000/v1"
+    assert recorded["extra_headers"] == {**{k: REDACTED for k in list(headers)[:3]}, "maxTokens": 5, "keyColumn": "task_id"}
+    assert recorded_config(cfg)["copies"] == [REDACTED, REDACTED]
+
+    refused = literal_secrets(parse_overrides([
+        "+a.api_key=${oc.env:HANDOFF_T31_KEY,sk-literal-default}", "+a.proxy=${oc.env:HANDOFF_T31_TOKEN,tok-x}",
+        "+a.h.Ocp-Apim-Subscription-Key=k", "+a.accessToken=t", "+a.clientSecret=s",
+        "+a.api_key2=${oc.env:HANDOFF_T31_KEY}", "+a.base_url=${oc.env:HANDOFF_T31_URL,http://x}", "+a.maxTokens=5"]))
+    assert [r.split(":")[0] for r in refused] == ["a.api_key", "a.proxy", "a.h.Ocp-Apim-Subscription-Key",
+                                                  "a.accessToken", "a.clientSecret"]
