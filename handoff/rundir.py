@@ -35,9 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from handoff.errors import HandoffError
 from handoff.records import CorruptShard, read_shard_header, write_atomic
 
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 """1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
-Manifest with its version; 3: checkpoint_content (a resume refuses a checkpoint re-saved since)."""
+Manifest with its version; 3: checkpoint_content (a resume refuses a checkpoint re-saved since);
+4: plan_hash (a plan edited by hand is refused, as a config that no longer matches config_hash is)."""
 
 
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -77,6 +78,7 @@ class Manifest(BaseModel):
     checkpoint_content: dict[str, str] = Field(
         default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
+    plan_hash: str = Field("", description="plan_hash(shards) when the sweep planned them")
     n_episodes: int = 0
 
     @model_validator(mode="after")
@@ -100,6 +102,19 @@ class Manifest(BaseModel):
             data.setdefault("run_uuid", hashlib.sha256(raw).hexdigest())
         return cls.model_validate(data)
 
+    def edits(self) -> list[str]:
+        """What was changed by hand since the sweep wrote the manifest: a config that no longer has
+        its config_hash, a plan that no longer has its plan_hash (a manifest without them, of an
+        old or synthetic run, is not checked)."""
+        from handoff.sweep.config import config_hash
+
+        edited = []
+        if self.config_hash and config_hash(self.config) != self.config_hash:
+            edited.append("its config no longer matches its config_hash")
+        if self.plan_hash and plan_hash(self.shards) != self.plan_hash:
+            edited.append("its shard plan no longer matches its plan_hash")
+        return edited
+
     @property
     def run_name(self) -> str:
         """The sweep name recorded in the manifest or its config; "" when none."""
@@ -107,6 +122,11 @@ class Manifest(BaseModel):
             if isinstance(source, str) and source:
                 return source
         return ""
+
+
+def plan_hash(shards: list[dict[str, Any]]) -> str:
+    """sha256 of a shard plan (Manifest.shards)."""
+    return hashlib.sha256(json.dumps(shards, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class RunPaths:
@@ -171,6 +191,16 @@ class RunPaths:
         return self.manifest_path.is_file()
 
     def read_manifest(self) -> Manifest:
+        """The manifest; a RunDirError when it is not valid or was edited by hand (Manifest.edits):
+        a run's recorded inputs never change, or its results would mix two configs or plans."""
+        manifest = self._parse_manifest()
+        edited = manifest.edits()
+        if edited:
+            raise RunDirError(f"{self.manifest_path} was edited since the sweep wrote it: {'; '.join(edited)}. "
+                              "Restore it, or start a new run for other inputs")
+        return manifest
+
+    def _parse_manifest(self) -> Manifest:
         try:
             return Manifest.from_json(self.manifest_path.read_bytes())
         except json.JSONDecodeError as exc:

@@ -76,3 +76,28 @@ def test_env_defaults_header_names_and_camel_case_keys_are_redacted_or_refused(m
         "+a.api_key2=${oc.env:HANDOFF_T31_KEY}", "+a.base_url=${oc.env:HANDOFF_T31_URL,http://x}", "+a.maxTokens=5"]))
     assert [r.split(":")[0] for r in refused] == ["a.api_key", "a.proxy", "a.h.Ocp-Apim-Subscription-Key",
                                                   "a.accessToken", "a.clientSecret"]
+
+
+# -- 4: a manifest edited by hand ----------------------------------------------------------------------
+def test_a_hand_edited_manifest_is_refused_by_resume_and_the_reducer(tmp_path, capsys):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from handoff.cli import main
+    from handoff.rundir import RunPaths
+    from handoff.sweep.__main__ import sweep
+
+    run_dir = finished_run(tmp_path / "run", "trials=2")
+    path, original = RunPaths(run_dir).manifest_path, RunPaths(run_dir).manifest_path.read_text()
+    assert main(["reduce", str(run_dir), "--no-wandb"]) == 0
+    for edit, what in ((lambda m: m["config"].update(trials=1), "config no longer matches its config_hash"),
+                       (lambda m: m["shards"].pop(), "shard plan no longer matches its plan_hash")):
+        manifest = json.loads(original)
+        edit(manifest)
+        path.write_text(json.dumps(manifest))
+        capsys.readouterr()
+        assert sweep(OmegaConf.create({"resume": str(run_dir)}), [f"resume={run_dir}"]) == 2
+        assert main(["reduce", str(run_dir), "--no-wandb"]) == 2
+        err = capsys.readouterr().err
+        assert err.count(what) == 2 and "Traceback" not in err
