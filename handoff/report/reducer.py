@@ -18,7 +18,7 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
 from handoff.rules.metrics import Metrics, compute_metrics
@@ -88,9 +88,10 @@ def _verify(shard: Path) -> None:
         raise CorruptShard(f"{shard}: checksum mismatch")
 
 
-def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | None:
-    """The cached scores if they were made from this shard content by this scorer. A shard file
-    whose size or mtime changed since is verified against its checksum first."""
+def _load_cached(cache: Path, key: dict, shard: Path, n: int) -> list[ScoredEpisode] | None:
+    """The cached scores if they were made from this shard content by this scorer and hold its `n`
+    episodes (a truncated or damaged cache is rescored). A shard file whose size or mtime changed
+    since is verified against its checksum first."""
     if not cache.is_file():
         return None
     with open(cache) as f:
@@ -99,7 +100,14 @@ def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | N
             return None
         if header.get("file") != _file_stat(shard):
             _verify(shard)
-        return [ScoredEpisode.model_validate_json(line) for line in f]
+        try:
+            scored = [ScoredEpisode.model_validate_json(line) for line in f]
+        except ValidationError:
+            return None
+    if len(scored) != n:
+        log.warning("rescoring %s: its score cache holds %d of its %d episodes", shard.name, len(scored), n)
+        return None
+    return scored
 
 
 def cache_key(run: RunDir, shard: str) -> dict:
@@ -112,9 +120,10 @@ def cache_key(run: RunDir, shard: str) -> dict:
 def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
     shard's header line is read then."""
-    key = {"shard_sha256": read_shard_header(shard)["sha256"], "scorer": scorer.fingerprint}
+    header = read_shard_header(shard)
+    key = {"shard_sha256": header["sha256"], "scorer": scorer.fingerprint}
     cache = run.scores_path(shard.stem)
-    cached = _load_cached(cache, key, shard)
+    cached = _load_cached(cache, key, shard, header["n"])
     if cached is not None:
         return cached
     records = read_shard(shard)

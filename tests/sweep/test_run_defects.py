@@ -101,3 +101,16 @@ def test_a_hand_edited_manifest_is_refused_by_resume_and_the_reducer(tmp_path, c
         assert main(["reduce", str(run_dir), "--no-wandb"]) == 2
         err = capsys.readouterr().err
         assert err.count(what) == 2 and "Traceback" not in err
+
+
+# -- 5: a truncated score cache ------------------------------------------------------------------------
+def test_a_score_cache_with_the_wrong_count_of_episodes_is_rescored(tmp_path):
+    from handoff.rundir import RunPaths
+
+    run_dir = finished_run(tmp_path / "run", "shard_size=2")
+    full = reduce_run(run_dir)
+    cache = next(RunPaths(run_dir).scores_dir.glob("*.jsonl"))
+    lines = cache.read_text().splitlines(keepends=True)
+    cache.write_text("".join(lines[:-1]))  # the header and one of its two episodes
+    assert reduce_run(run_dir).n_episodes == full.n_episodes == 2
+    assert cache.read_text() == "".join(lines)
