@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from handoff.errors import HandoffError
 from handoff.rules.events import FormatEvent
@@ -119,7 +119,8 @@ def _parse_header(path: Path, line: bytes) -> dict:
 
 
 def read_shard(path: Path) -> list[EpisodeRecord]:
-    """Read and verify a shard; raise CorruptShard if it does not match its header."""
+    """Read and verify a shard; raise CorruptShard if it does not match its header or its lines are
+    not episode records."""
     data = Path(path).read_bytes()
     first, _, body = data.partition(b"\n")
     header = _parse_header(path, first)
@@ -128,4 +129,7 @@ def read_shard(path: Path) -> list[EpisodeRecord]:
     lines = body.splitlines()
     if len(lines) != header["n"]:
         raise CorruptShard(f"{path}: {len(lines)} records, header says {header['n']}")
-    return [EpisodeRecord.model_validate_json(line) for line in lines]
+    try:
+        return [EpisodeRecord.model_validate_json(line) for line in lines]
+    except ValidationError as exc:  # a valid checksum over something else's lines (a stray file)
+        raise CorruptShard(f"{path}: not a shard of episode records: {exc.errors()[0]['msg']}") from None

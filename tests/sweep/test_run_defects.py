@@ -114,3 +114,23 @@ def test_a_score_cache_with_the_wrong_count_of_episodes_is_rescored(tmp_path):
     cache.write_text("".join(lines[:-1]))  # the header and one of its two episodes
     assert reduce_run(run_dir).n_episodes == full.n_episodes == 2
     assert cache.read_text() == "".join(lines)
+
+
+# -- 6: a shard whose checksum is valid but whose records are not -------------------------------------
+def test_a_shard_of_invalid_records_is_skipped_with_a_note(tmp_path, capsys):
+    import hashlib
+    import json
+
+    from handoff.cli import main
+    from handoff.rundir import RunPaths
+
+    run_dir = finished_run(tmp_path / "run")
+    bad = RunPaths(run_dir).shards()[0]
+    body = b'{"model": "m", "note": "not an episode"}\n'
+    header = {"shard_id": bad.stem, "n": 1, "sha256": hashlib.sha256(body).hexdigest()}
+    bad.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    assert main(["reduce", str(run_dir), "--no-wandb"]) == 0
+    assert main(["report", str(run_dir)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert json.loads(RunPaths(run_dir).metrics.read_text())["corrupt_shards"] == [bad.stem]
+    assert f"corrupt shards: {bad.stem}" in RunPaths(run_dir).report_md.read_text()
