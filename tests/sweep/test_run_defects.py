@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
+from handoff.errors import ConfigError
 from handoff.records import read_shard, read_shard_header, write_shard
 from handoff.report import reduce_run
 from handoff.sweep.plan import Shard
@@ -134,3 +137,26 @@ def test_a_shard_of_invalid_records_is_skipped_with_a_note(tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
     assert json.loads(RunPaths(run_dir).metrics.read_text())["corrupt_shards"] == [bad.stem]
     assert f"corrupt shards: {bad.stem}" in RunPaths(run_dir).report_md.read_text()
+
+
+# -- 7: workers Ray cannot place -------------------------------------------------------------------------
+def test_workers_that_do_not_fit_the_cluster_are_refused_before_ray(tmp_path, capsys):
+    from handoff.sweep.__main__ import sweep
+    from handoff.sweep.config import validate
+    from handoff.sweep.driver import check_resources
+    from handoff.sweep.run import compose
+    from tests.support.runs import TINY
+
+    def cfg(*extra):
+        return validate(compose([*TINY, f"run_dir={tmp_path}/r", *extra]))
+
+    check_resources(cfg("workers.processes=3"), engine_sets=1, cpus=2, gpus=0)  # 0.25 + 3 x 0.5 CPUs
+    with pytest.raises(ConfigError, match=r"workers.processes: .* \+ 4 worker\(s\) .* x workers.cpus 0.5 exceed"):
+        check_resources(cfg("workers.processes=4"), engine_sets=1, cpus=2, gpus=0)
+    check_resources(cfg("workers.processes=null"), engine_sets=1, cpus=1, gpus=0)  # the driver starts what fits
+
+    run_dir = tmp_path / "run"
+    overrides = [*TINY, f"run_dir={run_dir}", "workers.processes=8", "cluster.num_cpus=2"]
+    assert sweep(compose(overrides), overrides) == 2  # on ed7d795: Ray waits 10 min for workers, then a traceback
+    err = capsys.readouterr().err
+    assert "workers.processes: " in err and "Traceback" not in err
