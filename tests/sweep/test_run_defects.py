@@ -1,5 +1,9 @@
-"""Defects of a run directory found by issue 31's line-by-line review, each reproduced (no Ray): a
-shard of another run is this run's for neither resume nor the reducer (1), ..."""
+"""Defects found by issue 31's line-by-line review, each reproduced (no Ray): a shard of another run
+is this run's for neither resume nor the reducer (1); secrets as oc.env defaults, header names and
+camelCase keys are redacted or refused (2); a hand-edited manifest is refused with exit 2 (4); a
+score cache with the wrong count is rescored (5); a shard of invalid records is skipped with a note
+(6); workers Ray cannot place are refused before Ray (7). Defect 3 is in tests/agent/test_parity.py,
+8 in tests/rules/test_rules.py."""
 
 from __future__ import annotations
 
