@@ -38,7 +38,7 @@ from handoff.records import CorruptShard, read_shard_header, write_atomic
 MANIFEST_VERSION = 4
 """1: manifests written before the version field (older ones also lack run_uuid); 2: a typed
 Manifest with its version; 3: checkpoint_content (a resume refuses a checkpoint re-saved since);
-4: plan_hash (a plan edited by hand is refused, as a config that no longer matches config_hash is)."""
+4: config_sha256 and plan_sha256 (a config or a plan edited by hand is refused)."""
 
 
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -78,7 +78,8 @@ class Manifest(BaseModel):
     checkpoint_content: dict[str, str] = Field(
         default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
-    plan_hash: str = Field("", description="plan_hash(shards) when the sweep planned them")
+    config_sha256: str = Field("", description="sha256_json(config) as the sweep recorded it")
+    plan_sha256: str = Field("", description="sha256_json(shards) as the sweep planned them")
     n_episodes: int = 0
 
     @model_validator(mode="after")
@@ -103,16 +104,15 @@ class Manifest(BaseModel):
         return cls.model_validate(data)
 
     def edits(self) -> list[str]:
-        """What was changed by hand since the sweep wrote the manifest: a config that no longer has
-        its config_hash, a plan that no longer has its plan_hash (a manifest without them, of an
-        old or synthetic run, is not checked)."""
-        from handoff.sweep.config import config_hash
-
+        """What was changed by hand since the sweep wrote the manifest: a config or a plan that no
+        longer has the sha256 recorded with it (the whole config, execution keys included: unlike
+        config_hash, it does not change with handoff's EXECUTION_KEYS). A manifest without them, of
+        an old or synthetic run, is not checked."""
         edited = []
-        if self.config_hash and config_hash(self.config) != self.config_hash:
-            edited.append("its config no longer matches its config_hash")
-        if self.plan_hash and plan_hash(self.shards) != self.plan_hash:
-            edited.append("its shard plan no longer matches its plan_hash")
+        if self.config_sha256 and sha256_json(self.config) != self.config_sha256:
+            edited.append("its config no longer matches its config_sha256")
+        if self.plan_sha256 and sha256_json(self.shards) != self.plan_sha256:
+            edited.append("its shard plan no longer matches its plan_sha256")
         return edited
 
     @property
@@ -124,9 +124,9 @@ class Manifest(BaseModel):
         return ""
 
 
-def plan_hash(shards: list[dict[str, Any]]) -> str:
-    """sha256 of a shard plan (Manifest.shards)."""
-    return hashlib.sha256(json.dumps(shards, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def sha256_json(value: Any) -> str:
+    """sha256 of a JSON value (a manifest's config or plan), independent of key order."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 class RunPaths:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from handoff.errors import HandoffError
-from handoff.rundir import Manifest, plan_hash
+from handoff.rundir import Manifest, sha256_json
 from handoff.sweep.config import (
     Checkpoint,
     SweepConfig,
@@ -60,7 +60,8 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
         checkpoints=[c.model_dump(mode="json") for c in ckpts],
         checkpoint_content=content,
         shards=plan,
-        plan_hash=plan_hash(plan),
+        config_sha256=sha256_json(data),
+        plan_sha256=sha256_json(plan),
         n_episodes=sum(len(s.episodes) for s in shards),
     )
 

@@ -98,8 +98,8 @@ def test_a_hand_edited_manifest_is_refused_by_resume_and_the_reducer(tmp_path, c
     run_dir = finished_run(tmp_path / "run", "trials=2")
     path, original = RunPaths(run_dir).manifest_path, RunPaths(run_dir).manifest_path.read_text()
     assert main(["reduce", str(run_dir), "--no-wandb"]) == 0
-    for edit, what in ((lambda m: m["config"].update(trials=1), "config no longer matches its config_hash"),
-                       (lambda m: m["shards"].pop(), "shard plan no longer matches its plan_hash")):
+    for edit, what in ((lambda m: m["config"].update(trials=1), "config no longer matches its config_sha256"),
+                       (lambda m: m["shards"].pop(), "shard plan no longer matches its plan_sha256")):
         manifest = json.loads(original)
         edit(manifest)
         path.write_text(json.dumps(manifest))
