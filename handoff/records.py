@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from handoff.errors import HandoffError
 from handoff.rules.events import FormatEvent
@@ -109,11 +109,15 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
-def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord]) -> None:
-    """Write records atomically: the shard exists complete under `path` or not at all."""
+def write_shard(path: Path, shard_id: str, records: list[EpisodeRecord], run_uuid: str | None = None) -> None:
+    """Write records atomically: the shard exists complete under `path` or not at all. `run_uuid`
+    (the sweep's run, handoff.rundir.Manifest) goes in the header: a shard copied in from another
+    run is then told apart from this run's own."""
     body = _body(records)
     header = {"schema_version": SHARD_SCHEMA_VERSION, "shard_id": shard_id, "n": len(records),
               "sha256": hashlib.sha256(body).hexdigest()}
+    if run_uuid:
+        header["run_uuid"] = run_uuid
     write_atomic(path, json.dumps(header).encode() + b"\n" + body)
 
 
@@ -137,7 +141,8 @@ def _parse_header(path: Path, line: bytes) -> dict:
 
 
 def read_shard(path: Path) -> list[EpisodeRecord]:
-    """Read and verify a shard; raise CorruptShard if it does not match its header."""
+    """Read and verify a shard; raise CorruptShard if it does not match its header or its lines are
+    not episode records."""
     data = Path(path).read_bytes()
     first, _, body = data.partition(b"\n")
     header = _parse_header(path, first)
@@ -146,4 +151,7 @@ def read_shard(path: Path) -> list[EpisodeRecord]:
     lines = body.splitlines()
     if len(lines) != header["n"]:
         raise CorruptShard(f"{path}: {len(lines)} records, header says {header['n']}")
-    return [EpisodeRecord.model_validate_json(line) for line in lines]
+    try:
+        return [EpisodeRecord.model_validate_json(line) for line in lines]
+    except ValidationError as exc:  # a valid checksum over something else's lines (a stray file)
+        raise CorruptShard(f"{path}: not a shard of episode records: {exc.errors()[0]['msg']}") from None

@@ -33,13 +33,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from handoff.errors import HandoffError
-from handoff.records import write_atomic
+from handoff.records import CorruptShard, read_shard_header, write_atomic
 
 MANIFEST_VERSION = 4
 """manifest.json's schema_version. 1: manifests written before the version field (older ones also
 lack run_uuid); 2: a typed Manifest with its `version`; 3: checkpoint_content (a resume refuses a
-checkpoint re-saved since); 4: `version` is named `schema_version`, as in the shard header. Every
-version reads; a newer one is refused (docs/sweep.md, "Format versions"; tests/golden/manifest-v*)."""
+checkpoint re-saved since); 4: `version` is named `schema_version`, as in the shard header, and
+config_sha256 and plan_sha256 are recorded (a config or a plan edited by hand is refused); the
+optional `import` and `adaptive` sections are left out when empty. Every version reads; a newer one
+is refused (docs/sweep.md, "Format versions"; tests/golden/manifest-v*)."""
 
 
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -120,6 +122,8 @@ class Manifest(BaseModel):
     checkpoint_content: dict[str, str] = Field(
         default_factory=dict, description="checkpoint name -> key of its files when planned (handoff.sweep.manifest)")
     shards: list[dict[str, Any]] = Field(default_factory=list, description="handoff.sweep.plan.Shard: the plan")
+    config_sha256: str = Field("", description="sha256_json(config) as the sweep recorded it")
+    plan_sha256: str = Field("", description="sha256_json(shards) as the sweep planned them")
     n_episodes: int = 0
     imported: ImportSection | None = Field(None, alias="import", exclude_if=lambda v: v is None,
                                            description="a run made by `handoff import`: what it read")
@@ -150,6 +154,18 @@ class Manifest(BaseModel):
                 data.setdefault("run_uuid", hashlib.sha256(raw).hexdigest())
         return cls.model_validate(data)
 
+    def edits(self) -> list[str]:
+        """What was changed by hand since the sweep wrote the manifest: a config or a plan that no
+        longer has the sha256 recorded with it (the whole config, execution keys included: unlike
+        config_hash, it does not change with handoff's EXECUTION_KEYS). A manifest without them, of
+        an old or synthetic run, is not checked."""
+        edited = []
+        if self.config_sha256 and sha256_json(self.config) != self.config_sha256:
+            edited.append("its config no longer matches its config_sha256")
+        if self.plan_sha256 and sha256_json(self.shards) != self.plan_sha256:
+            edited.append("its shard plan no longer matches its plan_sha256")
+        return edited
+
     @property
     def run_name(self) -> str:
         """The sweep name recorded in the manifest or its config; "" when none."""
@@ -157,6 +173,11 @@ class Manifest(BaseModel):
             if isinstance(source, str) and source:
                 return source
         return ""
+
+
+def sha256_json(value: Any) -> str:
+    """sha256 of a JSON value (a manifest's config or plan), independent of key order."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 class RunPaths:
@@ -221,6 +242,16 @@ class RunPaths:
         return self.manifest_path.is_file()
 
     def read_manifest(self) -> Manifest:
+        """The manifest; a RunDirError when it is not valid or was edited by hand (Manifest.edits):
+        a run's recorded inputs never change, or its results would mix two configs or plans."""
+        manifest = self._parse_manifest()
+        edited = manifest.edits()
+        if edited:
+            raise RunDirError(f"{self.manifest_path} was edited since the sweep wrote it: {'; '.join(edited)}. "
+                              "Restore it, or start a new run for other inputs")
+        return manifest
+
+    def _parse_manifest(self) -> Manifest:
         try:
             return Manifest.from_json(self.manifest_path.read_bytes())
         except json.JSONDecodeError as exc:
@@ -247,6 +278,25 @@ class RunDir(RunPaths):
     @cached_property
     def manifest(self) -> Manifest:
         return self.read_manifest()
+
+    def run_shards(self) -> tuple[list[Path], dict[str, str]]:
+        """The files of shards/ that are this run's, by name, and why each other one is not (shard
+        id -> reason): a shard outside the manifest's plan, or one whose header names another run
+        (copied in from another seed or checkpoint). A manifest without a plan (an old or hand-made
+        run) owns every file. A file whose header is unreadable is left to the reader (corrupt)."""
+        planned = {s["id"] for s in self.manifest.shards} or None
+        own, foreign = [], {}
+        for path in self.shards():
+            if planned is not None and path.stem not in planned:
+                foreign[path.stem] = "not in the manifest's plan"
+                continue
+            with contextlib.suppress(CorruptShard):
+                owner = read_shard_header(path).get("run_uuid")
+                if owner not in (None, self.manifest.run_uuid):
+                    foreign[path.stem] = f"written by another run (run_uuid {owner})"
+                    continue
+            own.append(path)
+        return own, foreign
 
     @property
     def config(self) -> dict:

@@ -52,7 +52,7 @@ def _simulation(record: EpisodeRecord, scoring: dict):
 
 def _records_by_slice(run: RunDir) -> dict[tuple[str, str], list[EpisodeRecord]]:
     slices = defaultdict(list)
-    for shard in run.shards():
+    for shard in run.run_shards()[0]:
         try:
             records = read_shard(shard)
         except CorruptShard as exc:

@@ -18,7 +18,7 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
 from handoff.rules.metrics import Metrics, compute_metrics
@@ -46,6 +46,7 @@ class Reduction(BaseModel):
     n_episodes: int
     shards: list[str]
     corrupt_shards: list[str] = Field(default_factory=list)
+    foreign_shards: list[str] = Field(default_factory=list, description="files of shards/ not this run's (skipped)")
     failed_shards: list[str] = Field(default_factory=list)
     groups: list[GroupMetrics]
     episodes: list[ScoredEpisode] = Field(default_factory=list, exclude=True)
@@ -87,9 +88,10 @@ def _verify(shard: Path) -> None:
         raise CorruptShard(f"{shard}: checksum mismatch")
 
 
-def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | None:
-    """The cached scores if they were made from this shard content by this scorer. A shard file
-    whose size or mtime changed since is verified against its checksum first."""
+def _load_cached(cache: Path, key: dict, shard: Path, n: int) -> list[ScoredEpisode] | None:
+    """The cached scores if they were made from this shard content by this scorer and hold its `n`
+    episodes (a truncated or damaged cache is rescored). A shard file whose size or mtime changed
+    since is verified against its checksum first."""
     if not cache.is_file():
         return None
     with open(cache) as f:
@@ -98,7 +100,14 @@ def _load_cached(cache: Path, key: dict, shard: Path) -> list[ScoredEpisode] | N
             return None
         if header.get("file") != _file_stat(shard):
             _verify(shard)
-        return [ScoredEpisode.model_validate_json(line) for line in f]
+        try:
+            scored = [ScoredEpisode.model_validate_json(line) for line in f]
+        except ValidationError:
+            return None
+    if len(scored) != n:
+        log.warning("rescoring %s: its score cache holds %d of its %d episodes", shard.name, len(scored), n)
+        return None
+    return scored
 
 
 def cache_key(run: RunDir, shard: str) -> dict:
@@ -111,9 +120,10 @@ def cache_key(run: RunDir, shard: str) -> dict:
 def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
     shard's header line is read then."""
-    key = {"shard_sha256": read_shard_header(shard)["sha256"], "scorer": scorer.fingerprint}
+    header = read_shard_header(shard)
+    key = {"shard_sha256": header["sha256"], "scorer": scorer.fingerprint}
     cache = run.scores_path(shard.stem)
-    cached = _load_cached(cache, key, shard)
+    cached = _load_cached(cache, key, shard, header["n"])
     if cached is not None:
         return cached
     records = read_shard(shard)
@@ -127,11 +137,14 @@ def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode
 
 
 def score_run(run: RunDir, scorer: Scorer) -> tuple[list[ScoredEpisode], dict[str, list[ScoredEpisode]], list[str]]:
-    """All scored episodes of a run, sorted by key; also those of each shard read, and the shards
-    that are corrupt."""
+    """All scored episodes of the run's shards (RunDir.run_shards: a foreign file is skipped with a
+    warning), sorted by key; also those of each shard read, and the shards that are corrupt."""
     run.scores_dir.mkdir(parents=True, exist_ok=True)
     episodes, by_shard, corrupt, seen = [], {}, [], {}
-    for shard in run.shards():
+    own, foreign = run.run_shards()
+    for name, reason in foreign.items():
+        log.warning("skipping shards/%s.jsonl: %s", name, reason)
+    for shard in own:
         try:
             scored = _score_shard(run, shard, scorer)
         except CorruptShard as exc:
@@ -182,7 +195,8 @@ def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
 def reduce_locked(run: RunDir, scorer: Scorer | None = None) -> Reduction:
     episodes, by_shard, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
-                          corrupt_shards=corrupt, failed_shards=run.failed_ids(),
+                          corrupt_shards=corrupt, foreign_shards=sorted(run.run_shards()[1]),
+                          failed_shards=run.failed_ids(),
                           groups=compute_groups(episodes), episodes=episodes, by_shard=by_shard)
     write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

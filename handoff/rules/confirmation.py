@@ -3,8 +3,9 @@
 A message confirms when one of its clauses holds an affirmative (yes, confirm, go ahead, ...) that
 is not negated: no negation within the three words before it in its clause, nor right after it.
 A message that opens with a refusal phrase ("No, please do not proceed", "Please don't cancel it,
-okay?") never confirms; "Don't worry", "not a problem", "never mind" are not refusals. Clauses end
-at punctuation. The check is lexical: docs/rules.md lists what it misses.
+okay?") never confirms; "Don't worry" ("Do not worry", "Dont worry"), "not a problem", "never
+mind" are not refusals. Clauses end at punctuation; ‘ and ’ read as apostrophes, and a contraction
+typed without its apostrophe (dont, havent, wouldnt) negates as it does with it. The check is lexical: docs/rules.md lists what it misses.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ AFFIRMATIVES: tuple[tuple[str, ...], ...] = tuple(
     )
 )  # fmt: skip
 NEGATORS = frozenset(
-    {"no", "not", "never", "nope", "nah", "cannot", "neither", "nor", "dont", "didnt", "doesnt", "isnt", "cant", "wont"}
-)  # plus every word ending in n't
+    {"no", "not", "never", "nope", "nah", "cannot", "neither", "nor"}
+    | {f"{verb}nt" for verb in ("do", "did", "does", "is", "are", "was", "were", "has", "have", "had", "would",
+                                "should", "could", "must", "need", "ca", "wo", "ai", "sha")}
+)  # plus every word ending in n't; the n't contractions are here as typed without their apostrophe
 REFUSAL_OPENERS: tuple[tuple[str, ...], ...] = tuple(
     tuple(phrase.split())
     for phrase in (
@@ -31,7 +34,8 @@ REFUSAL_OPENERS: tuple[tuple[str, ...], ...] = tuple(
 )  # fmt: skip
 NOT_REFUSALS: tuple[tuple[str, ...], ...] = tuple(
     tuple(phrase.split())
-    for phrase in ("no problem", "no worries", "not a problem", "don't worry", "dont worry", "never mind")
+    for phrase in ("no problem", "no worries", "not a problem", "don't worry", "dont worry", "do not worry",
+                   "never mind")
 )
 NEGATION_WINDOW = 3
 
@@ -48,8 +52,12 @@ def confirms(text: str | None) -> bool:
     return any(_has_affirmative(words) for words in clauses)
 
 
+APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'"})
+"""Typographic apostrophes (left and right single quotation marks, modifier letter apostrophe)."""
+
+
 def _normalize(text: str) -> str:
-    return text.lower().replace("\u2019", "'")
+    return text.lower().translate(APOSTROPHES)
 
 
 def _opens_with(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:

@@ -284,21 +284,37 @@ def to_container(cfg: DictConfig | dict) -> dict:
     return data
 
 
-SECRET_KEY = re.compile(r"(?i)(^|_)(api_?key|access_?key|private_?key|secret(_?key)?|token|password|passwd|"
-                        r"credentials?|authorization|cookie)$")
-"""Config keys that hold secrets, `-` read as `_` (HTTP headers too: X-Api-Key, X-Auth-Token): never
-recorded in the run directory or W&B with their value."""
+SECRET_KEY = re.compile(r"(?i)(^|_)(api_?key|access_?key|private_?key|subscription_?key|secret(_?key)?|token|"
+                        r"password|passwd|credentials?|authorization|cookie)$")
+"""Config keys that hold secrets, `-` read as `_` and camelCase as snake_case (HTTP headers too:
+X-Api-Key, X-Auth-Token, Ocp-Apim-Subscription-Key; accessToken, clientSecret): never recorded in the
+run directory or W&B with their value."""
 SECRET_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH")
 SECRET_VALUE_ENV = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
 PATH_ENV = re.compile(r"(?i)(FILE|PATH|DIR|CREDENTIALS)$")
 ENV_VAR = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
+ENV_DEFAULT = re.compile(r"(\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)\s*,)([^}]*)\}")
+"""`${oc.env:VAR,default}`: groups (the part up to the comma, VAR, the default)."""
 REDACTED = "<redacted>"
 MIN_SECRET = 8
 """A secret's value shorter than this is not looked for elsewhere (e.g. `EMPTY`, a test's `x`)."""
 
 
 def secret_key(key: str) -> bool:
-    return bool(SECRET_KEY.search(key.replace("-", "_")))
+    return bool(SECRET_KEY.search(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).replace("-", "_")))
+
+
+def _env_defaults(text: str, key: str = "") -> list[str]:
+    """The literal defaults of the `${oc.env:VAR,default}` in `text` that are secrets: those of a
+    secret's variable, or any under a secret's key (`${oc.env:MY_PROXY,sk-...}` in api_key)."""
+    return [default.strip() for _, var, default in ENV_DEFAULT.findall(text)
+            if default.strip() not in ("", "null", "''", '""') and (secret_key(key) or SECRET_ENV.search(var))]
+
+
+def _without_env_defaults(raw: str, key: str) -> str:
+    """`raw` with each secret default of an `${oc.env:VAR,default}` redacted (_env_defaults)."""
+    return ENV_DEFAULT.sub(lambda m: m.group(0) if not _env_defaults(m.group(0), key) else f"{m.group(1)}{REDACTED}}}",
+                           raw)
 
 
 def env_secrets() -> set[str]:
@@ -321,15 +337,20 @@ def recorded_config(cfg: DictConfig) -> dict:
     raw = OmegaConf.to_container(cfg, resolve=False)
     raw.pop("hydra", None)
     value = to_container(cfg)
-    return _hide_secrets(value, raw, env_secrets() | _keyed_secrets(value))
+    return _hide_secrets(value, raw, env_secrets() | _keyed_secrets(value) | _keyed_secrets(raw, defaults=True))
 
 
-def _keyed_secrets(value: Any, key: str = "") -> set[str]:
+def _keyed_secrets(value: Any, key: str = "", defaults: bool = False) -> set[str]:
+    """The values under a secret's key; with `defaults`, the secret defaults of the `${oc.env:...}`
+    in (raw) strings instead."""
     if isinstance(value, dict):
-        return {s for k, v in value.items() for s in _keyed_secrets(v, str(k))}
+        return {s for k, v in value.items() for s in _keyed_secrets(v, str(k), defaults)}
     if isinstance(value, list):
-        return {s for v in value for s in _keyed_secrets(v, key)}
-    return {value} if secret_key(key) and isinstance(value, str) and len(value) >= MIN_SECRET else set()
+        return {s for v in value for s in _keyed_secrets(v, key, defaults)}
+    if not isinstance(value, str):
+        return set()
+    found = _env_defaults(value, key) if defaults else [value] if secret_key(key) else []
+    return {s for s in found if len(s) >= MIN_SECRET}
 
 
 def _hide_secrets(value: Any, raw: Any, secrets: set[str], key: str = "") -> Any:
@@ -343,16 +364,17 @@ def _hide_secrets(value: Any, raw: Any, secrets: set[str], key: str = "") -> Any
         return [_hide_secrets(v, r, secrets, key) for v, r in zip(value, raw)]
     interpolated = isinstance(raw, str) and "${" in raw
     if interpolated and any(SECRET_ENV.search(var) for var in ENV_VAR.findall(raw)):
-        return raw
+        return _without_env_defaults(raw, key)
     if secret_key(key) and value not in (None, ""):
-        return raw if interpolated else REDACTED
+        return _without_env_defaults(raw, key) if interpolated else REDACTED
     return REDACTED if isinstance(value, str) and any(s in value for s in secrets) else value
 
 
 def literal_secrets(overrides: list) -> list[str]:
     """Hydra overrides (parsed) that set a secret's key to a literal value, or any key to a value
-    holding a secret environment variable's, which the run would record, also inside a dict or list
-    value (`+user.llm_args={api_key:...}`): `key: pass it as ${oc.env:VAR}` for each."""
+    holding a secret environment variable's or a secret as an `${oc.env:VAR,default}`'s default, which
+    the run would record, also inside a dict or list value (`+user.llm_args={api_key:...}`): `key:
+    pass it as ${oc.env:VAR}` for each."""
     secrets = env_secrets()
     return [f"{key}: a secret given literally would be recorded in the run directory and W&B; pass it from "
             "the environment: '+KEY=${oc.env:VAR}' (docs/sweep.md, \"Secrets\")"
@@ -364,9 +386,10 @@ def _secret_keys(key: str, value: Any, secrets: set[str]) -> list[str]:
         return [k for name, v in value.items() for k in _secret_keys(f"{key}.{name}", v, secrets)]
     if isinstance(value, list):
         return [k for i, v in enumerate(value) for k in _secret_keys(f"{key}.{i}", v, secrets)]
-    literal = value not in (None, "") and "${" not in str(value)
-    secret = secret_key(key.rsplit(".", 1)[-1]) or any(s in str(value) for s in secrets)
-    return [key] if literal and secret else []
+    leaf, text = key.rsplit(".", 1)[-1], str(value)
+    literal = value not in (None, "") and "${" not in text
+    secret = secret_key(leaf) or any(s in text for s in secrets)
+    return [key] if (literal and secret) or _env_defaults(text, leaf) else []
 
 
 def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,

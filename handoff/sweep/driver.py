@@ -137,8 +137,10 @@ def _queue(states: list[ShardState]) -> deque:
 
 def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float,
                     node_gpus: float | None = None, node_cpus: float | None = None) -> None:
-    """Engines of one checkpoint (and the user's) must fit the cluster, with room for a worker, and
-    a replica's GPUs and CPUs must fit on one node (`node_gpus`, `node_cpus`: the most any node has)."""
+    """Engines of one checkpoint (and the user's) must fit the cluster, with room for the workers
+    (workers.processes of them; unset: at least one), and a replica's GPUs and CPUs must fit on one
+    node (`node_gpus`, `node_cpus`: the most any node has). Workers Ray cannot place would wait for
+    CPUs that never come."""
     e = cfg.engine
     if node_gpus is not None and e.num_gpus > node_gpus:
         raise ConfigError(f"engine.tensor_parallel_size: a replica needs {e.num_gpus} GPUs on one node, and no node "
@@ -150,11 +152,13 @@ def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float
     if need_gpus > gpus:
         raise ConfigError(f"engine.replicas: {engine_sets} engine set(s) x {e.replicas} replicas x "
                           f"{e.num_gpus} GPUs (engine.tensor_parallel_size) exceed the cluster's {gpus:g} GPUs")
-    need_cpus = engine_sets * e.replicas * e.replica_cpus + cfg.workers.cpus
-    if need_cpus > cpus:
-        raise ConfigError(f"engine.cpus: {engine_sets} engine set(s) x {e.replicas} replicas x {e.replica_cpus:g} "
-                          f"CPUs (engine.cpus x tensor_parallel_size) + workers.cpus {cfg.workers.cpus} exceed the "
-                          f"cluster's {cpus:g} CPUs")
+    engine_cpus, w = engine_sets * e.replicas * e.replica_cpus, cfg.workers
+    workers = w.processes or 1
+    if engine_cpus + workers * w.cpus > cpus:
+        key = "engine.cpus" if engine_cpus + w.cpus > cpus else "workers.processes"
+        raise ConfigError(f"{key}: {engine_sets} engine set(s) x {e.replicas} replicas x {e.replica_cpus:g} "
+                          f"CPUs (engine.cpus x tensor_parallel_size) + {workers} worker(s) (workers.processes) x "
+                          f"workers.cpus {w.cpus:g} exceed the cluster's {cpus:g} CPUs: Ray could not place them")
 
 
 class Driver:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from handoff.errors import HandoffError
-from handoff.rundir import Manifest
+from handoff.rundir import Manifest, sha256_json
 from handoff.sweep.config import (
     Checkpoint,
     SweepConfig,
@@ -47,6 +47,7 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
     """A new run's manifest (with a new run_uuid)."""
     from handoff.tasks import manifest_hashes
 
+    plan = [s.model_dump(mode="json") for s in shards]
     return Manifest(
         name=sweep.name,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -58,7 +59,9 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
         tasks_hash=tasks_hash(tasks),
         checkpoints=[c.model_dump(mode="json") for c in ckpts],
         checkpoint_content=content,
-        shards=[s.model_dump(mode="json") for s in shards],
+        shards=plan,
+        config_sha256=sha256_json(data),
+        plan_sha256=sha256_json(plan),
         n_episodes=sum(len(s.episodes) for s in shards),
     )
 

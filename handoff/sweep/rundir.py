@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import time
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from handoff.records import (
     CorruptShard,
     EpisodeRecord,
     read_shard,
+    read_shard_header,
     write_atomic,
     write_shard,
 )
@@ -55,17 +57,27 @@ class SweepRun(RunPaths):
             self._lock = None
 
     # -- shard state ------------------------------------------------------------------------------
+    @cached_property
+    def run_uuid(self) -> str | None:
+        """The run's identity (manifest.json's run_uuid), written into each shard it finishes; None
+        before the manifest is written."""
+        return self.read_manifest().run_uuid if self.exists() else None
+
     def is_done(self, shard: Shard) -> bool:
-        """A complete, verified shard with exactly the planned episodes. A shard that fails the
-        check is moved aside (never deleted) so that it is rerun."""
+        """A complete, verified shard of this run with exactly the planned episodes and seeds. A
+        shard that fails the check (another run's, copied in) is moved aside (never deleted) so that
+        it is rerun."""
         path = self.shard_path(shard.id)
         if not path.is_file():
             return False
         try:
-            keys = sorted(r.key for r in read_shard(path))
-            if keys == sorted(e.key for e in shard.episodes):
+            owner = read_shard_header(path).get("run_uuid")
+            if owner not in (None, self.run_uuid):  # None: written before shards carried it
+                reason = f"written by another run (run_uuid {owner})"
+            elif sorted((r.key, r.seed) for r in read_shard(path)) == sorted((e.key, e.seed) for e in shard.episodes):
                 return True
-            reason = "episodes differ from the plan"
+            else:
+                reason = "episodes or their seeds differ from the plan"
         except (CorruptShard, ValidationError, ValueError) as exc:
             reason = str(exc)
         path.rename(path.with_name(f"{path.name}.corrupt-{int(time.time())}"))
@@ -75,13 +87,13 @@ class SweepRun(RunPaths):
     def write_done(self, shard: Shard, records: dict[tuple, EpisodeRecord]) -> None:
         ordered = [records[e.key] for e in shard.episodes]
         self.failed_path(shard.id).unlink(missing_ok=True)  # first: a crash after it reruns the shard
-        write_shard(self.shard_path(shard.id), shard.id, ordered)
+        write_shard(self.shard_path(shard.id), shard.id, ordered, self.run_uuid)
         self.partial_path(shard.id).unlink(missing_ok=True)
 
     def read_partial(self, shard: Shard) -> dict[tuple, EpisodeRecord]:
         """The finished episodes of an unfinished shard; a torn last line (killed writer) is skipped."""
         path = self.partial_path(shard.id)
-        planned = {e.key for e in shard.episodes}
+        planned = {e.key: e.seed for e in shard.episodes}
         records: dict[tuple, EpisodeRecord] = {}
         if path.is_file():
             for line in path.read_bytes().splitlines():
@@ -89,7 +101,7 @@ class SweepRun(RunPaths):
                     record = EpisodeRecord.model_validate_json(line)
                 except ValidationError:
                     continue
-                if record.key in planned:
+                if planned.get(record.key) == record.seed:  # another seed: not this plan's episode
                     records.setdefault(record.key, record)
         return records
 

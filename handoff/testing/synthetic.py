@@ -141,6 +141,18 @@ def sample_tasks(per_rule: int, domains: tuple[str, ...] = ("airline", "retail")
     return chosen
 
 
+def add_shard(run_dir: Path, shard_id: str, records: list[EpisodeRecord]) -> Path:
+    """Write a shard and add it to the run's plan (a resume that planned more, e.g. a new trial):
+    the reducer reads only the planned shards (handoff.rundir.RunDir.run_shards)."""
+    run = RunPaths(run_dir)
+    manifest = run.read_manifest()
+    if shard_id not in {s["id"] for s in manifest.shards}:
+        manifest.shards.append({"id": shard_id, "model": records[0].model, "domain": records[0].domain})
+        run.write_manifest(manifest)
+    write_shard(run.shard_path(shard_id), shard_id, records)
+    return run.shard_path(shard_id)
+
+
 def write_records(run_dir: Path, shards: dict[str, list[EpisodeRecord]], name: str, config: dict | None = None) -> Path:
     """A run directory holding the given records, shard by shard (e.g. real episodes of run_episode)."""
     run = RunPaths(run_dir)

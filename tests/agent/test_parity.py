@@ -59,13 +59,15 @@ def episode_settings(name: str) -> dict:
     return {"max_steps": 30, "agent_sampling": {"max_tokens": 64}, "max_context_tokens": max_context(name)}
 
 
-def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=None, **rollout_config):
+def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=None, server=None, **rollout_config):
+    """The episode through Tau2AgentLoop; the user simulator runs on its own scripted engine, or, when
+    `user_script` is None, on verl's servers (`server`) too."""
     rollout_config = {"prompt_length": 8192, "response_length": 8192, "max_model_len": None, **rollout_config}
     config = OmegaConf.create({
         "actor_rollout_ref": {"rollout": rollout_config},
         "handoff": {"episode": {**episode_settings(name), **(episode or {})}, "reward": "default"},
     })
-    server = ReplayServerManager(scripted(agent_script), rollout_config["max_model_len"])
+    server = server or ReplayServerManager(scripted(agent_script), rollout_config["max_model_len"])
 
     async def rollout():
         loop = Tau2AgentLoop(
@@ -76,7 +78,7 @@ def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=
             dataset_cls=None,
             data_config=agent_loop.DictConfigWrap(OmegaConf.create({})),
             chat=chat(),
-            user_engine=scripted(user_script),
+            user_engine=None if user_script is None else scripted(user_script),
         )
         params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
         return await loop.run(params, raw_prompt=[], extra_info={"domain": "airline", "task_id": "0", "seed": seed})
@@ -184,3 +186,30 @@ def test_server_manager_engine_tells_length_from_stop():
     assert finish([5, 6], "length", max_tokens=3) == "length"
     assert finish([5, 6], "completed", max_tokens=3) == "stop"
     assert finish([], "aborted", max_tokens=3) == "abort"
+
+
+class AbortingServerManager(ReplayServerManager):
+    """Aborts the first request, the user simulator's opening message, after `partial` tokens (as
+    verl's server reports a request aborted mid-generation: stop_reason "aborted"); replays the rest."""
+
+    def __init__(self, engine, partial: list[int]):
+        super().__init__(engine)
+        self.partial = partial
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
+        if self.requests:
+            return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        self.requests.append((request_id, dict(sampling_params)))
+        return TokenOutput(token_ids=self.partial, stop_reason="aborted")
+
+
+@pytest.mark.parametrize("partial", ["Hi, get me", ""])
+def test_an_aborted_user_request_ends_the_episode_as_an_aborted_agent_request_does(partial):
+    from handoff.agent.handoff_agent import EngineAborted
+
+    agent_script, _ = CASES["clean with transfer"]
+    tokens = chat().tokenizer.encode(partial, add_special_tokens=False)
+    server = AbortingServerManager(scripted(["Hi, get me a human.", *agent_script, "###STOP###"]), tokens)
+    with pytest.raises(EngineAborted, match="user simulator"):  # not its words, nor a user_error episode
+        run_agent_loop("clean with transfer", agent_script, None, server=server)
+    assert len(server.requests) == 1  # the episode ended there

@@ -11,13 +11,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from handoff.cli import main
-from handoff.records import read_shard, write_shard
+from handoff.records import read_shard
 from handoff.report import reduce_run, write_report
 from handoff.report.episodes import episode_href, write_transcripts
 from handoff.report.flips import find_flips
 from handoff.report.wandb_log import episode_rows, with_transcript
 from handoff.rundir import RunDir, RunPaths
-from handoff.testing.synthetic import Behavior, sample_tasks, write_records, write_run
+from handoff.testing.synthetic import Behavior, add_shard, sample_tasks, write_records, write_run
 from tests.support import browser
 
 # "late" decides the hand-off right far more often than "early"; both break policy and the format often.
@@ -56,7 +56,7 @@ def test_pages_are_written_incrementally(run, tmp_path):
     assert write_transcripts(RunDir(copy), reduction) == 0  # nothing new: nothing rendered
     paths = RunPaths(copy)
     records = [r.model_copy(update={"model": "resumed"}) for r in read_shard(paths.shards()[0])]
-    write_shard(paths.shard_path("resumed-0"), "resumed-0", records)
+    add_shard(copy, "resumed-0", records)
     reduction = reduce_run(copy)
     assert write_transcripts(RunDir(copy), reduction) == len(records)  # only the new shard
     paths.shard_path("resumed-0").unlink()

@@ -13,12 +13,12 @@ from tau2.metrics.agent_metrics import compute_metrics as tau2_metrics
 import handoff.report.render
 import handoff.scoring
 from handoff.cli import main
-from handoff.records import read_shard, write_shard
+from handoff.records import read_shard
 from handoff.report import finish_run, reduce_run
 from handoff.report.episodes import TRANSFERRED
 from handoff.report.render import fmt, linked
 from handoff.rundir import RunPaths
-from handoff.testing.synthetic import Behavior, episode, sample_tasks, write_run
+from handoff.testing.synthetic import Behavior, add_shard, episode, sample_tasks, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.95)), "bad": (200, Behavior(correct_handoff=0.2))}
 
@@ -39,7 +39,7 @@ def _add_twin(run):
         if flipped.simulation["messages"] != first.simulation["messages"]:
             records[0] = flipped
             break
-    write_shard(RunPaths(run).shard_path("twin"), "twin", records)
+    add_shard(run, "twin", records)
 
 
 def _compare(capsys, *args) -> dict:
@@ -117,12 +117,12 @@ def _small_run(tmp_path, monkeypatch) -> Path:
     return write_run(tmp_path / "run", {"a": (1, Behavior())}, sample_tasks(1, ("airline",)), shard_size=4)
 
 
-def test_a_corrupt_stray_file_in_shards_does_not_fail_the_report(tmp_path, monkeypatch):
+def test_a_stray_file_in_shards_does_not_fail_the_report(tmp_path, monkeypatch):
     run = _small_run(tmp_path, monkeypatch)
     (RunPaths(run).shards_dir / "notes.jsonl").write_bytes(b"\x00 not a shard\n")
     paths = finish_run(run)
-    assert json.loads(paths["metrics"].read_text())["corrupt_shards"] == ["notes"]
-    assert "corrupt shards: notes" in paths["report_md"].read_text()
+    assert json.loads(paths["metrics"].read_text())["foreign_shards"] == ["notes"]
+    assert "not this run's, skipped: notes" in paths["report_md"].read_text()
 
 
 def test_the_report_is_rewritten_when_the_scorer_or_the_report_code_changes(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from handoff.report.reducer import ALL, Reduction, reduce_run
 from handoff.rules.metrics import compute_metrics
 from handoff.rundir import RunDirError, RunPaths
 from handoff.scoring import Scorer
-from handoff.testing.synthetic import Behavior, episode, write_run
+from handoff.testing.synthetic import Behavior, add_shard, episode, write_run
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.9)), "bad": (200, Behavior(correct_handoff=0.3))}
 
@@ -68,7 +68,7 @@ def test_reducing_again_is_idempotent_and_reads_nothing(run):
 def test_resume_scores_only_new_shards(run, tasks, tmp_path):
     reduce_run(run)
     extra = [episode("good", 100, "airline", task_id, 1, CHECKPOINTS["good"][1]) for task_id in tasks["airline"]]
-    write_shard(RunPaths(run).shard_path("good-airline-trial1"), "good-airline-trial1", extra)
+    add_shard(run, "good-airline-trial1", extra)
     scorer = CountingScorer.for_config({})
     updated = reduce_run(run, scorer)
     assert scorer.scored == len(extra)
@@ -101,7 +101,7 @@ def test_corrupt_shard_is_reported_and_the_rest_reduced(run):
 
 def test_duplicated_episode_is_an_error(run):
     shard = sorted(RunPaths(run).shards_dir.glob("*.jsonl"))[0]
-    shutil.copy(shard, shard.with_name("copy.jsonl"))
+    add_shard(run, "copy", read_shard(shard))
     with pytest.raises(RunDirError, match="appears in shards"):
         reduce_run(run)
 

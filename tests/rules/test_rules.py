@@ -176,6 +176,18 @@ def test_reassurances_are_not_refusals(text):
     assert confirms(text)
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Do not worry, go ahead.", True), ("Do not worry, yes", True), ("That\u2018s right", True),
+    ("I havent changed my mind, yes", True), ("Yes, I haven\u2018t any other question", True),
+    ("I havent confirmed anything", False), ("I wouldnt go ahead yet", False), ("We arent agreed", False),
+    ("That isn\u2018t correct", False), ("Please don\u2018t, ok?", False), ("Don\u02bct go ahead", False),
+])  # fmt: skip
+def test_the_spelling_of_a_negation_or_a_reassurance_does_not_change_its_meaning(text, expected):
+    # "havent", "wouldnt" negate as "haven't" does; U+2018 (and U+2019, U+02BC) read as apostrophes;
+    # "Do not worry" reassures as "Don't worry" does
+    assert confirms(text) is expected
+
+
 def test_several_writes_confirmed_by_one_yes_pass():
     ep = Episode("retail", "76")
     ep.user("I need to cancel two orders; my email is " + RETAIL_EMAIL)
