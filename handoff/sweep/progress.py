@@ -8,9 +8,12 @@ beyond MAX_BARS checkpoints); anywhere else (a
 Ray Job's log, a SLURM log, a pipe) a plain line per checkpoint every `every_s` seconds while it
 moves, so a log file holds no screen of carriage returns.
 
-The time left: requests left / the request rate. Until an episode of the checkpoint has finished,
-requests per episode is bounded by the episode's step limit (every step is one agent or user
-message), so the first estimate is an upper bound ("<="); afterwards the finished episodes' mean.
+The time left: requests left / the request rate. Every step of an episode is one agent or user
+message, so the step limit bounds the requests an unfinished episode has left: the upper bound ("<=")
+is shown until an episode of the checkpoint has finished, afterwards an estimate ("~") from the
+finished episodes' mean. Short episodes finish first, so that mean can fall below what the running
+episodes have already made; wherever it leaves less than one request per unfinished episode (each
+needs at least one more), it is contradicted and the bound is shown instead.
 """
 
 from __future__ import annotations
@@ -63,11 +66,11 @@ def estimate(c: Counts, max_steps: int, now: float) -> tuple[float | None, float
     if c.first_request is None or c.total_requests == 0 or now <= c.first_request:
         return None, None, False
     rate = c.total_requests / (now - c.first_request)
-    bound = c.episodes_done == 0
-    per_episode = max_steps if bound else c.requests_done_episodes / c.episodes_done
-    left = max(0.0, c.episodes_total * per_episode - c.total_requests)
-    if c.episodes_done == c.episodes_total:
-        left = 0.0
+    unfinished = max(0, c.episodes_total - c.episodes_done)
+    running = max(0, c.total_requests - c.requests_done_episodes)  # the unfinished episodes' requests so far
+    mean = c.requests_done_episodes / c.episodes_done if c.episodes_done else None
+    bound = mean is None or (unfinished > 0 and unfinished * mean - running < unfinished)
+    left = max(0.0, unfinished * (max_steps if bound else mean) - running)
     return rate * 60, left / rate, bound
 
 

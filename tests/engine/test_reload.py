@@ -30,19 +30,14 @@ async def _answer(engine: AsyncVLLMEngine, prompt: list[int]) -> list[int]:
     return (await engine.generate(prompt, Sampling(max_tokens=12))).token_ids
 
 
-async def _fresh(path: str, prompt: list[int]) -> list[int]:
-    engine = AsyncVLLMEngine(settings(path, max_model_len=2048))
-    try:
-        return await _answer(engine, prompt)
-    finally:
-        engine.shutdown()
-
-
 async def _reload_while_a_request_runs(base: str, other: str, prompt: list[int], count: list[int]):
-    """Cache `prompt` on `base`'s weights while a long request runs, reload `other` in place, answer
-    `prompt` again; returns (before, after, what became of the long request)."""
-    engine = AsyncVLLMEngine(settings(base, max_model_len=2048))
+    """One engine: `prompt` answered on a fresh engine of `other`'s weights; reloaded to `base`, the
+    prompt cached on base's weights while a long request runs; reloaded to `other` in place, `prompt`
+    answered again. Returns (fresh, before, after, what became of the long request)."""
+    engine = AsyncVLLMEngine(settings(other, max_model_len=2048))
     try:
+        fresh = await _answer(engine, prompt)
+        await engine.reload(settings(base, max_model_len=2048))
         long = asyncio.ensure_future(engine.generate(count, Sampling(max_tokens=1500), "long"))
         while await engine._llm.reset_prefix_cache():  # vLLM resets only while no request holds blocks
             await asyncio.sleep(0.05)
@@ -50,7 +45,7 @@ async def _reload_while_a_request_runs(base: str, other: str, prompt: list[int],
         await engine.reload(settings(other, max_model_len=2048))
         after = await _answer(engine, prompt)
         long_outcome = await asyncio.gather(long, return_exceptions=True)
-        return before, after, long_outcome[0]
+        return fresh, before, after, long_outcome[0]
     finally:
         engine.shutdown()
 
@@ -59,13 +54,13 @@ async def _reload_while_a_request_runs(base: str, other: str, prompt: list[int],
 def test_a_reload_aborts_running_requests_and_serves_no_stale_cache(tmp_path):
     """vLLM refuses to reset the prefix cache while a request runs: the reload aborts it first, and the
     prompt cached on the old weights is computed afresh on the new ones (before: the reset was
-    refused without a word, and the new checkpoint answered from the old one's keys and values)."""
+    refused without a word, and the new checkpoint answered from the old one's keys and values).
+    The fresh answer comes from the same engine before its first reload: one engine start, not two."""
     base = need(models.SMOLLM2)
     other = perturbed_copy(base, tmp_path / "perturbed")
     tok = light_tokenizer(base)
     prompt, count = tok.encode(POLICY), tok.encode(COUNT)
-    fresh = asyncio.run(_fresh(other, prompt))
-    before, after, long = asyncio.run(_reload_while_a_request_runs(base, other, prompt, count))
+    fresh, before, after, long = asyncio.run(_reload_while_a_request_runs(base, other, prompt, count))
     assert before != fresh, "the perturbed checkpoint should answer differently"
     assert isinstance(long, RequestAborted), long
     assert after == fresh

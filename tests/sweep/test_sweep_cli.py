@@ -126,10 +126,13 @@ def prepared_run(tmp_path) -> Path:
     ("trials=2", "refusing to resume: results would mix different inputs\n  config changed:\n    trials: 1 -> 2"),
     ("tasks.kinds=[bogus]", "tasks.kinds: Value error, unknown task kind(s) bogus"),
 ])
-def test_bad_resume_exits_2_with_hydras_message(prepared_run, tmp_path, override, message):
-    proc = hydra(f"resume={prepared_run}", override, f"cluster.temp_dir={tmp_path}/ray")
-    refused(proc, message)
-    assert not (tmp_path / "ray").exists()
+def test_bad_resume_exits_2_with_hydras_message(prepared_run, tmp_path, capsys, override, message):
+    """In process, as test_bad_value_exits_2_naming_the_key_before_ray (a process each cost ~10 s)."""
+    import ray
+
+    status = sweep_main([f"resume={prepared_run}", override, f"cluster.temp_dir={tmp_path}/ray"])
+    refused(subprocess.CompletedProcess([], status, "", capsys.readouterr().err), message)
+    assert not ray.is_initialized() and not (tmp_path / "ray").exists()
 
 
 def test_resume_merges_overrides_with_hydras_parser():

@@ -97,6 +97,22 @@ def test_estimate_is_a_bound_until_an_episode_finishes_then_the_mean():
     assert estimate(Counts(episodes_total=4), 12, 60.0) == (None, None, False)
 
 
+
+def test_short_episodes_finishing_first_never_make_the_estimate_say_nothing_is_left():
+    """`make sweep` said "~0 s left" from 2/8 episodes on: the 2 short episodes' mean (4 requests) was
+    less than the 6 running ones had already made (30). Contradicted, the mean gives way to the bound."""
+    c = Counts(episodes_total=8, episodes_done=2, requests_done_episodes=8, requests={"agent": 20, "user": 18},
+               first_request=0.0)
+    per_min, left, bound = estimate(c, max_steps=12, now=60.0)
+    assert (per_min, bound) == (38.0, True) and left == pytest.approx((6 * 12 - 30) * 60 / 38)
+    assert "<=66 s left" in describe("ck", c, 12, 60.0)
+    c.requests = {"agent": 10, "user": 9}  # the running 6 made 11: the mean leaves 13 requests, 2+ each
+    assert estimate(c, 12, 60.0) == (19.0, pytest.approx((6 * 4 - 11) * 60 / 19), False)
+    c.requests = {"agent": 13, "user": 13}  # made 18: the mean leaves 6, one more each, the least they need
+    assert estimate(c, 12, 60.0)[1:] == (pytest.approx(6 * 60 / 26), False)
+    c.requests = {"agent": 14, "user": 13}  # made 19: the mean leaves 5, fewer than the 6 episodes need
+    assert estimate(c, 12, 60.0)[1:] == (pytest.approx((6 * 12 - 19) * 60 / 27), True)
+
 def test_engine_counters_are_saved_with_hit_rates_and_the_user_share(tmp_path):
     progress = Progress({"ck": (0, 8)}, max_steps=12, enabled=False)
     progress.served("replica-1", served(3, 1, cached=150))
