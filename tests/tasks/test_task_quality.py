@@ -41,7 +41,7 @@ def findings(domain: str, kind: str, task) -> set[str]:
 def test_committed_tasks_pass_the_annotator_checks(domain, kind):
     tasks = load_tasks(domain, kinds=[kind])
     assert checks.audit(domain, kind, tasks, parents(domain), product_classes()) == []
-    assert len(tasks) >= {"airline": 20, "retail": 30}[domain]
+    assert len(tasks) >= {"airline": 18, "retail": 30}[domain]  # airline hard negatives: 18 (issue 32)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
