@@ -165,7 +165,8 @@ def _explicit_request(domain: str, parent, template: str, k: int):
         instructions=StructuredUserInstructions(
             domain=domain,
             reason_for_call=f"{request} You want a human agent to handle this, not an automated assistant.",
-            known_info=parent_instr.known_info,
+            known_info=scenarios(domain)["explicit_request"].get("known_info", {}).get(parent.id,
+                                                                                     parent_instr.known_info),
             unknown_info=parent_instr.unknown_info,
             task_instructions=behaviour,
         ),
