@@ -106,7 +106,8 @@ def _golds(root: Path | None) -> int:
                 continue
             entry = gold_policy.resolutions().get(domain, {}).get(task.id, {})
             print(f"{domain}/{task.id}: gold {entry.get('gold', '?')}, label {entry.get('label', '?')}"
-                  + (" (gold transfer)" if has_gold_transfer(task) else ""))
+                  + (" (gold transfer)" if has_gold_transfer(task) else "")
+                  + ("" if entry.get("reachable", True) else ", tau2 reward unreachable"))
             for v in found:
                 print(f"  {v.clause} ({gold_policy.clause(domain, v.clause).cite()}): action {v.step}, {v.message}")
     problems = gold_problems(Path(root or paths.REPO_ROOT), derived_tasks())

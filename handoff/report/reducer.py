@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
-from handoff.rules.metrics import Metrics, compute_metrics
+from handoff.rules.metrics import Interval, Metrics, compute_metrics
 from handoff.rundir import RunDir, RunDirError
 from handoff.scoring import ScoredEpisode, Scorer
 
@@ -39,6 +39,11 @@ class GroupMetrics(BaseModel):
     rule: str
     n_episodes: int
     metrics: Metrics
+    # tau2's reward and success without the episodes of tasks whose gold no policy-following agent reaches
+    # (with_reachable_tau2); n_unreachable: the episodes left out.
+    n_unreachable: int = 0
+    tau2_reward_reachable: Interval | None = None
+    tau2_success_reachable: Interval | None = None
 
 
 class Reduction(BaseModel):
@@ -184,6 +189,24 @@ def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
     return groups
 
 
+def with_reachable_tau2(groups: list[GroupMetrics], episodes: list[ScoredEpisode],
+                        unreachable: set[tuple[str, str]] | None = None) -> list[GroupMetrics]:
+    """Each group with tau2's reward and success over the episodes of tasks whose gold a policy-following agent
+    can reach: tau2 gives a correct agent 0 on the others. `unreachable`: (domain, task id), by default the golds
+    recorded `reachable: false` in data/policy/gold_resolutions.yaml (docs/tasks.md, "Golds against the policy")."""
+    from handoff.tasks.gold_policy import unreachable_golds
+
+    unreachable = unreachable_golds() if unreachable is None else unreachable
+    slices = _slices(episodes)
+    for g in groups:
+        eps = slices[(g.model, g.step, g.domain, g.rule)]
+        kept = [e.score for e in eps if (e.score.domain, e.score.task_id) not in unreachable]
+        g.n_unreachable = len(eps) - len(kept)
+        reachable = compute_metrics(kept) if g.n_unreachable else g.metrics
+        g.tau2_reward_reachable, g.tau2_success_reachable = reachable.tau2_reward, reachable.tau2_success
+    return groups
+
+
 def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
     """Score what is new in the run, compute all metrics, write reduced/metrics.json (holding the
     run's reducer lock; `reduce_locked` is for a caller that holds it)."""
@@ -197,6 +220,7 @@ def reduce_locked(run: RunDir, scorer: Scorer | None = None) -> Reduction:
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
                           corrupt_shards=corrupt, foreign_shards=sorted(run.run_shards()[1]),
                           failed_shards=run.failed_ids(),
-                          groups=compute_groups(episodes), episodes=episodes, by_shard=by_shard)
+                          groups=with_reachable_tau2(compute_groups(episodes), episodes), episodes=episodes,
+                          by_shard=by_shard)
     write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

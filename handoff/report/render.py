@@ -159,6 +159,19 @@ def imported(section: ImportSection | None) -> list[str]:
     return lines
 
 
+def _reachable_tau2_table(reduction: Reduction) -> list[str]:
+    """tau2's reward and success with and without the tasks whose gold no policy-following agent reaches."""
+    groups = [g for model, _ in reduction.checkpoints() for domain in reduction.domains() + [ALL]
+              for g in reduction.groups if (g.model, g.domain, g.rule) == (model, domain, ALL)]
+    return ["## tau2 reward without unreachable golds", "",
+            "Without the episodes of tasks whose reference solution breaks the policy in a way no correct agent "
+            "follows (docs/tasks.md, \"Golds against the policy\"): tau2 scores a correct agent 0 there.", ""] + table(
+        ["checkpoint", "step", "domain", "episodes left out", "tau2 reward", "tau2 reward (reachable)",
+         "tau2 success", "tau2 success (reachable)"],
+        [[g.model, g.step, g.domain, g.n_unreachable, fmt(g.metrics.tau2_reward), fmt(g.tau2_reward_reachable),
+          fmt(g.metrics.tau2_success), fmt(g.tau2_success_reachable)] for g in groups])
+
+
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     lines = [f"# Hand-off report: {reduction.run}", "",
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
@@ -174,6 +187,7 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                     for model, step, domain, m in _slices(reduction)])
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
+    lines += _reachable_tau2_table(reduction)
     for title, *section in SECTIONS:
         lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]

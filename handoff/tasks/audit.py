@@ -13,7 +13,8 @@
 - `false_premise` (every kind): a fact the user is told is false in the domain's db.json, in the derived
   text or inherited from the parent (the order, item or product named and its status; the reservation or
   flight named, whether it is upcoming or landed, and, for a request about who flies, whether the user is a
-  passenger; a price claim; a product option; the kind of product for the complaint; bags on a reservation).
+  passenger; when a reservation was booked; a price claim; a product option; the kind of product for the
+  complaint; bags on a reservation).
 
 `handoff labels build` refuses to write task sets with findings; tests run the same checks.
 """
@@ -21,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 from functools import cache
 from typing import NamedTuple
 
@@ -390,6 +392,28 @@ def _flight_premises(sentence: str, user: dict, mine: list[dict], traveller: boo
     return problems
 
 
+NOW = "2024-05-15T15:00:00"  # airline policy.md line 3
+_BOOKED_WHEN = re.compile(r"\bbooked\b[^.]*?\b(this morning|today|yesterday|(?:about |around )?(\d+) hours? ago)\b",
+                          re.IGNORECASE)
+
+
+def _booking_time_premises(sentence: str, rid: str | None) -> list[str]:
+    """A claim of when a reservation was booked ("this morning", "10 hours ago") against its created_at. The
+    reservation is the one the sentence names, else the only one the text names."""
+    claim = _BOOKED_WHEN.search(sentence)
+    reservation = raw_db("airline")["reservations"].get(rid) if claim and rid else None
+    if reservation is None:
+        return []
+    created, now = datetime.fromisoformat(reservation["created_at"]), datetime.fromisoformat(NOW)
+    when = claim[1].lower()
+    if claim[2]:
+        holds = abs(now - timedelta(hours=int(claim[2])) - created) <= timedelta(hours=3)
+    else:
+        day = now.date() - timedelta(days=when == "yesterday")
+        holds = created.date() == day and (when != "this morning" or created.hour < 12)
+    return [] if holds else [f"reservation {rid} was booked {reservation['created_at']}, not {claim[1]!r}"]
+
+
 def _airline_premises(task, traveller: bool = False) -> list[str]:
     """Reservations and flights the text names are the user's (and, for a request about who flies, ones the
     user is a passenger of); an upcoming trip has not started; a past flight landed; a lost bag was checked."""
@@ -400,14 +424,18 @@ def _airline_premises(task, traveller: bool = False) -> list[str]:
         return ["the user's known info names no single db user"]
     user = db["users"][uid]
     mine = [db["reservations"][r] for r in user["reservations"] if r in db["reservations"]]
-    problems = []
+    problems, named = [], {r for r in re.findall(r"\b[A-Z0-9]{6}\b", text) if r in db["reservations"]}
     for sentence in sentences(text):
-        for rid in re.findall(r"\b[A-Z0-9]{6}\b", sentence):
+        rids = re.findall(r"\b[A-Z0-9]{6}\b", sentence)
+        for rid in rids:
             if rid in db["reservations"]:
                 problems += _reservation_premises(sentence, rid, user, traveller)
             elif not re.fullmatch(r"\d+|[A-Z]+|HAT\d{3}", rid):
                 problems.append(f"reservation {rid} does not exist")
         problems += _flight_premises(sentence, user, mine, traveller)
+        in_sentence = [r for r in rids if r in db["reservations"]]
+        subject = in_sentence[0] if in_sentence else (min(named) if len(named) == 1 else None)
+        problems += _booking_time_premises(sentence, subject)
     return problems
 
 

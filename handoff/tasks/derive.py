@@ -25,10 +25,10 @@ from handoff.tasks.upstream import (
 )
 
 KINDS = ("explicit_request", "out_of_scope", "hard_negative")
-# Tasks per derived kind. Airline has 21 hard-negative parents (solvable, no transfer, a gold that changes the
+# Tasks per derived kind. Airline has 18 hard-negative parents (solvable, no transfer, a gold that changes the
 # database and follows the policy, handoff.tasks.gold_policy): all of them are used.
 COUNTS = {
-    "airline": {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 21},
+    "airline": {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 18},
     "retail": {"explicit_request": 36, "out_of_scope": 36, "hard_negative": 36},
 }
 TODAY = "2024-05-15"  # airline policy: "The current time is 2024-05-15 15:00:00 EST."
@@ -165,7 +165,8 @@ def _explicit_request(domain: str, parent, template: str, k: int):
         instructions=StructuredUserInstructions(
             domain=domain,
             reason_for_call=f"{request} You want a human agent to handle this, not an automated assistant.",
-            known_info=parent_instr.known_info,
+            known_info=scenarios(domain)["explicit_request"].get("known_info", {}).get(parent.id,
+                                                                                     parent_instr.known_info),
             unknown_info=parent_instr.unknown_info,
             task_instructions=behaviour,
         ),

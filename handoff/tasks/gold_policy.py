@@ -11,6 +11,7 @@ that is not resolved there. docs/tasks.md, "Golds against the policy".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
@@ -46,6 +47,7 @@ class Violation(NamedTuple):
     clause: str
     step: int  # index of the gold action
     message: str
+    applied: bool = True  # tau2's tool carried the action out (False: it raised, the database is unchanged)
 
 
 @dataclass
@@ -208,6 +210,74 @@ def bags_not_removed(db, args: dict, ctx: Context) -> str | None:
         return None
     return (f"checked bags of {reservation.reservation_id} lowered from {reservation.total_baggages} to "
             f"{args['total_baggages']}")
+
+
+_MEMBER = re.compile(r"If the booking user is a (\w+) member")
+_FREE_BAGS = re.compile(r"(\d+) free checked bags? for each (basic economy|economy|business) passenger")
+
+
+@cache
+def free_bags_per_passenger() -> dict[tuple[str, str], int]:
+    """(membership, cabin) -> free checked bags per passenger, read from airline policy.md's table under
+    'Checked bag allowance' (the line the free_bag_allowance clause cites)."""
+    lines = _policy_lines("airline")
+    start = next(i for i, line in enumerate(lines) if "Checked bag allowance" in line)
+    table, member = {}, None
+    for line in lines[start + 1:]:
+        if _MEMBER.search(line):
+            member = _MEMBER.search(line)[1]
+        elif _FREE_BAGS.search(line):
+            free = _FREE_BAGS.search(line)
+            table[(member, free[2].replace(" ", "_"))] = int(free[1])
+        elif line.strip():
+            break  # "- Each extra baggage is 50 dollars.": the end of the table
+    if len(table) != 9:
+        raise ClauseError(f"airline policy.md: the checked bag allowance lists {len(table)} of 9 cases")
+    return table
+
+
+def _bag_booking(db, args: dict) -> tuple[object, str, int] | None:
+    """(the booking user, the cabin, the number of passengers) of a booking or a baggage update."""
+    if "reservation_id" not in args:
+        return db.users.get(args.get("user_id")), args.get("cabin"), len(args.get("passengers", []))
+    reservation = _reservation(db, args)
+    return reservation and (db.users.get(reservation.user_id), reservation.cabin, len(reservation.passengers))
+
+
+@check
+def free_bag_allowance(db, args: dict, ctx: Context) -> str | None:
+    booking = _bag_booking(db, args)
+    if not booking or booking[0] is None:
+        return None
+    user, cabin, passengers = booking
+    free = free_bags_per_passenger().get((user.membership, cabin), 0) * passengers
+    total, nonfree = args.get("total_baggages", 0), args.get("nonfree_baggages", 0)
+    if nonfree == max(0, total - free):
+        return None
+    return (f"{nonfree} of {total} checked bags charged, but {user.user_id} ({user.membership}) has {free} free "
+            f"for {passengers} {cabin} passenger(s)")
+
+
+def _profile_people(user) -> list:
+    """The user and their saved passengers, as (first name, last name, date of birth) in lower case."""
+    people = [(user.name.first_name, user.name.last_name, user.dob)]
+    people += [(p.first_name, p.last_name, p.dob) for p in user.saved_passengers]
+    return [tuple(str(v).lower() for v in person) for person in people]
+
+
+@check
+def passenger_details(db, args: dict, ctx: Context) -> str | None:
+    user = db.users.get(args.get("user_id"))
+    if user is None:
+        return None
+    problems = []
+    for passenger in args.get("passengers", []):
+        given = tuple(str(passenger.get(k, "")).lower() for k in ("first_name", "last_name", "dob"))
+        for person in _profile_people(user):
+            if sum(a == b for a, b in zip(given, person)) == 2:  # the same person, one detail not the profile's
+                problems.append(f"passenger {' '.join(given[:2])} ({given[2]}) is {' '.join(person[:2])} "
+                                f"({person[2]}) in {user.user_id}'s profile")
+    return "; ".join(problems) or None
 
 
 @check
@@ -428,12 +498,12 @@ def check_actions(domain: str, task_id: str, actions: list) -> list[Violation]:
             governing.setdefault(tool, []).append(c)
     found = []
     for step, action in enumerate(actions):
-        for c in governing.get(action.name, []):
-            message = CHECKS[c.check](env.tools.db, dict(action.arguments), ctx)
-            if message:
-                found.append(Violation(domain, task_id, c.id, step, f"{action.name}: {message}"))
+        messages = [(c.id, CHECKS[c.check](env.tools.db, dict(action.arguments), ctx))
+                    for c in governing.get(action.name, [])]
         result = env.get_response(ToolCall(id=f"call_{step}", name=action.name, arguments=action.arguments,
                                            requestor=action.requestor))
+        found += [Violation(domain, task_id, clause_id, step, f"{action.name}: {message}", not result.error)
+                  for clause_id, message in messages if message]
         if action.name in CHANGES and not result.error:
             ctx.changed.add(action.arguments.get("reservation_id"))
     return found
@@ -477,6 +547,21 @@ def gold_complies(domain: str, task) -> bool:
     return not found or bool(entry and entry.get("gold") == "complies" and sorted(entry.get("findings", [])) == found)
 
 
+def gold_reachable(domain: str, task) -> bool:
+    """Whether an agent that follows the policy can reach an upstream task's tau2 reward: False when the hand-check
+    found that the gold breaks the policy and tau2's tools carried out one of its breaking actions (the correct
+    agent's database then differs from the gold's). Derived from the checker; recorded as `reachable: false`
+    in data/policy/gold_resolutions.yaml, where the reducer reads it (unreachable_golds)."""
+    entry = resolutions().get(domain, {}).get(task.id) or {}
+    return not (entry.get("gold") == "breaks" and any(v.applied for v in upstream_violations(domain, task.id)))
+
+
+def unreachable_golds() -> set[tuple[str, str]]:
+    """(domain, upstream task id) of every gold recorded as unreachable (reads the YAML only, no replay)."""
+    return {(domain, task_id) for domain, entries in resolutions().items()
+            for task_id, entry in entries.items() if entry.get("reachable", True) is False}
+
+
 def _complies_as_parent(domain: str, task) -> bool:
     """A derived task whose gold is its parent's, hand-checked as complying (same findings)."""
     from handoff.tasks.derive import parse_derived_id
@@ -508,6 +593,10 @@ def _entry_problems(domain: str, task, entry: dict | None, overrides: dict) -> l
         problems.append(f"{where}: label override, but {paths.OVERRIDES_FILE} has no override for it")
     if entry.get("label") == "kept" and override is not None:
         problems.append(f"{where}: label kept, but {paths.OVERRIDES_FILE} overrides it")
+    reachable = gold_reachable(domain, task)
+    if entry.get("reachable", True) is not reachable:
+        problems.append(f"{where}: reachable {entry.get('reachable', True)}, the replay says {reachable} (false "
+                        "when the gold breaks the policy and tau2 carried out a breaking action)")
     if override is not None:
         uncited = [c for c in found if f"line {clause(domain, c).line}" not in override.reason]
         if uncited:

@@ -59,6 +59,9 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
                f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}")
         assert row in md
     assert "## Hand-off under the episode label" in md and "| user_ended_for_transfer | user_request_offscript |" in md
+    good = reduction.group("good")  # airline 9 is in the sample: its gold is unreachable (issue 32)
+    assert good.n_unreachable and (f"| good | {good.step} | all | {good.n_unreachable} | {fmt(good.metrics.tau2_reward)} "
+                                   f"| {fmt(good.tau2_reward_reachable)} | {fmt(good.metrics.tau2_success)} |") in md
     html = RunPaths(run).report_html.read_text()
     assert "<table>" in html and "<h1>Hand-off report: synthetic</h1>" in html
     for name in ("confusion", "precision_recall", "rates"):

@@ -125,3 +125,22 @@ def test_score_cache_key_covers_task_content_and_rules_source(monkeypatch):
     with_other_tasks = key()
     monkeypatch.setattr(scoring, "rules_sha256", lambda: "other rules")
     assert len({before, with_other_tasks, key()}) == 3
+
+
+def test_tau2_reward_is_also_given_without_tasks_whose_gold_is_unreachable(run):
+    """Issue 32: the sample holds airline 9, whose gold cancels a flown reservation (recorded unreachable)."""
+    from handoff.report.reducer import compute_groups, with_reachable_tau2
+    from handoff.tasks.gold_policy import unreachable_golds
+
+    reduction = reduce_run(run)
+    good = [e.score for e in reduction.episodes if e.model == "good"]
+    kept = [s for s in good if (s.domain, s.task_id) not in unreachable_golds()]
+    overall, retail = reduction.group("good"), reduction.group("good", "retail")
+    assert overall.n_unreachable == len(good) - len(kept) == 1
+    assert (overall.tau2_reward_reachable, overall.tau2_success_reachable) == (
+        compute_metrics(kept).tau2_reward, compute_metrics(kept).tau2_success)
+    assert overall.tau2_success_reachable.n == overall.metrics.tau2_success.n - 1
+    assert retail.n_unreachable == 0 and retail.tau2_success_reachable == retail.metrics.tau2_success
+    dropped = with_reachable_tau2(compute_groups(reduction.episodes), reduction.episodes, {("retail", "0")})
+    assert next(g for g in dropped if (g.model, g.domain, g.rule) == ("good", "retail", ALL)).n_unreachable == 1
+    assert Reduction.load(run).group("good").tau2_success_reachable == overall.tau2_success_reachable

@@ -99,6 +99,16 @@ CASES = [
           payment_id="credit_card_2217221")],
      [act("update_reservation_baggages", reservation_id="018BE2", total_baggages=2, nonfree_baggages=0,
           payment_id="credit_card_2217221")]),
+    ("free_bag_allowance", "airline", [gold_action("airline", "33", "update_reservation_baggages")],  # 2 of 3 free
+     [act("update_reservation_baggages", reservation_id="HXDUBJ", total_baggages=2, nonfree_baggages=0,
+          payment_id="gift_card_6941833")]),  # yara_garcia_1905: gold, HXDUBJ economy, one passenger
+    ("free_bag_allowance", "airline", [booking(total_baggages=3, nonfree_baggages=0)],  # silver economy: 2 free
+     [booking(total_baggages=3, nonfree_baggages=1)]),
+    ("passenger_details", "airline", [booking()],  # the user Aarav Ahmed, born 1981-05-26, booked as 1985-04-04
+     [booking(passengers=[{"first_name": "Aarav", "last_name": "Ahmed", "dob": "1981-05-26"}])]),
+    ("passenger_details", "airline", [booking(passengers=[{"first_name": "Raj", "last_name": "Patel",
+                                                          "dob": "1980-12-03"}])],  # saved: Aarav Patel
+     [booking(passengers=[{"first_name": "Ivan", "last_name": "Smith", "dob": "1990-01-01"}])]),  # not in the profile
     ("compensation", "airline", [gold_action("airline", "27", "send_certificate")],  # a delay, nothing changed
      [act("send_certificate", user_id="aarav_jackson_2879", amount=400)]),  # silver, XMSNJU: 4 passengers, cancelled
     ("cancel_pending_only", "retail", [act("cancel_pending_order", order_id="#W1023987", reason="no longer needed")],
@@ -170,6 +180,32 @@ def test_clauses_are_judged_on_the_database_the_gold_left():
         act("cancel_pending_order", order_id="#W1006327", reason="no longer needed"))
 
 
+def test_the_free_bag_allowance_is_read_from_policy_md():
+    table = gp.free_bags_per_passenger()
+    assert table[("regular", "basic_economy")] == 0 and table[("silver", "economy")] == 2
+    assert table[("gold", "economy")] == 3 and table[("gold", "business")] == 4 and len(table) == 9
+
+
+def test_the_checker_finds_airline_23_33_35_and_nothing_new():
+    """Issue 32: the two clauses of the free-bag allowance and of passenger details flag exactly these golds."""
+    new = {"free_bag_allowance", "passenger_details"}
+    found = {(d, t.id): {v.clause for v in gp.upstream_violations(d, t.id)} & new
+             for d in DOMAINS for t in upstream_tasks(d)}
+    assert {k: v for k, v in found.items() if v} == {
+        ("airline", "23"): {"passenger_details"}, ("airline", "33"): {"free_bag_allowance"},
+        ("airline", "35"): {"passenger_details"}}
+
+
+def test_a_gold_is_unreachable_when_it_breaks_the_policy_and_the_tool_carried_it_out():
+    unreachable = gp.unreachable_golds()
+    assert {("airline", "23"), ("airline", "33"), ("airline", "35"), ("airline", "9")} <= unreachable
+    assert ("retail", "105") not in unreachable  # the tool rejects its breaking exchange: nothing changed
+    assert ("airline", "19") not in unreachable  # flagged, hand-checked as complying
+    for domain in DOMAINS:
+        for task in upstream_tasks(domain):
+            assert gp.gold_reachable(domain, task) == ((domain, task.id) not in unreachable), f"{domain}/{task.id}"
+
+
 def test_the_clause_file_cites_policy_md():
     for domain in DOMAINS:
         lines = (gp.domain_data_dir(domain) / "policy.md").read_text().splitlines()
@@ -215,7 +251,7 @@ def test_no_derived_gold_breaks_a_clause_unless_its_parent_was_hand_checked_as_c
                 parent = get_task(domain, parse_derived_id(task.id).parent_id)
                 assert gp.resolutions()[domain][parent.id]["gold"] == "complies", task.id
     parents = {parse_derived_id(t.id).parent_id for t in load_tasks("airline", kinds=["hard_negative"])}
-    assert not parents & {"7", "9", "27", "29", "37", "39", "44"} and "19" in parents
+    assert not parents & {"7", "9", "23", "27", "29", "33", "35", "37", "39", "44"} and "19" in parents
 
 
 def test_breaking_golds_never_parent_a_hard_negative():
@@ -254,6 +290,8 @@ def _with_resolutions(monkeypatch, edit):
     (lambda d: d["airline"]["9"].update(label="kept"), "airline/9: label kept, but"),
     (lambda d: d["airline"].update({"0": d["airline"]["19"]}), "airline/0: the checker flags nothing"),
     (lambda d: d["retail"]["105"].update(gold="fine"), "retail/105: needs gold"),
+    (lambda d: d["airline"]["33"].pop("reachable"), "airline/33: reachable True, the replay says False"),
+    (lambda d: d["retail"]["105"].update(reachable=False), "retail/105: reachable False, the replay says True"),
 ])
 def test_an_unhandled_or_inconsistent_hand_check_is_reported(derived, monkeypatch, edit, message):
     _with_resolutions(monkeypatch, edit)
@@ -302,6 +340,7 @@ def test_labels_golds_lists_the_hand_check_and_fails_on_anything_unhandled(deriv
     monkeypatch.setattr(manifests, "derived_tasks", lambda: derived)
     assert cli_main(["labels", "golds"]) == 0
     out = capsys.readouterr().out
+    assert "airline/33: gold breaks, label kept, tau2 reward unreachable" in out
     assert "airline/9: gold breaks, label override" in out and "cancel_flown (airline policy.md line 141" in out
     assert "retail/26: gold breaks, label override (gold transfer)" in out
     _with_resolutions(monkeypatch, lambda d: d["retail"].pop("105"))

@@ -41,7 +41,7 @@ def findings(domain: str, kind: str, task) -> set[str]:
 def test_committed_tasks_pass_the_annotator_checks(domain, kind):
     tasks = load_tasks(domain, kinds=[kind])
     assert checks.audit(domain, kind, tasks, parents(domain), product_classes()) == []
-    assert len(tasks) >= {"airline": 20, "retail": 30}[domain]
+    assert len(tasks) >= {"airline": 18, "retail": 30}[domain]  # airline hard negatives: 18 (issue 32)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -347,3 +347,24 @@ def test_a_scenario_text_cut_short_is_refused(monkeypatch, tmp_path):
             derive.scenarios("retail")
     finally:
         derive.scenarios.cache_clear()
+
+
+def test_a_claim_of_when_a_reservation_was_booked_is_checked():
+    """Issue 32: explicit_request-48 retold its parent's scripted "booked this morning" as fact; 3RK2T9 was booked
+    on 2024-05-02. The claim is checked against created_at, in its sentence or for the only reservation named."""
+    task = load_tasks("airline", kinds=["explicit_request"])[0]
+
+    def problems(reason: str, known: str = "Your user id is anya_garcia_5901.") -> list[str]:
+        return [p for p in checks.premise_problems("airline", with_text(task, reason_for_call=reason, known_info=known),
+                                                   product_classes()) if "booked" in p]
+
+    assert problems("You booked reservation 3RK2T9 this morning by mistake.") == [
+        "reservation 3RK2T9 was booked 2024-05-02T06:02:56, not 'this morning'"]
+    assert problems("You want to cancel 3RK2T9.", "Your user id is anya_garcia_5901. You booked it 10 hours ago.")
+    assert problems("You booked reservation 3RK2T9 by mistake.") == []
+    # 1KUOX2 (anya_khan_1074) was booked on 2024-05-14 at 17:16: "yesterday" holds, "this morning" does not
+    user = raw_db("airline")["reservations"]["1KUOX2"]["user_id"]
+    assert problems("You booked reservation 1KUOX2 yesterday.", f"Your user id is {user}.") == []
+    assert problems("You booked reservation 1KUOX2 this morning.", f"Your user id is {user}.")
+    fixed = next(t for t in load_tasks("airline", kinds=["explicit_request"]) if t.id.startswith("explicit_request-48"))
+    assert "morning" not in checks._facts_text(fixed) and "hours ago" not in checks._facts_text(fixed)

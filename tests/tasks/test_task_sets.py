@@ -53,7 +53,7 @@ from handoff.tasks.upstream import (
 )
 
 ROOT = paths.REPO_ROOT
-MIN_COUNT = {"airline": 20, "retail": 30}
+MIN_COUNT = {"airline": 18, "retail": 30}  # airline: 18 hard negatives (issue 32: parents 23, 33, 35 dropped)
 
 
 @pytest.fixture(scope="module")
