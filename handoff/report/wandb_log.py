@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
 from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
-from handoff.report.reducer import Reduction
+from handoff.report.reducer import GroupMetrics, Reduction
 from handoff.report.transcripts import page, transcripts_of
 from handoff.rules.metrics import Interval, Metrics
 from handoff.rundir import RunDir
@@ -156,6 +156,16 @@ def attributed_values(m: Metrics) -> dict[str, float]:
     return out
 
 
+def reachable_values(g: GroupMetrics) -> dict[str, float]:
+    """tau2's reward and success without the tasks whose gold no correct agent reaches
+    (docs/metrics.md); none for a reduction made before they existed."""
+    out: dict[str, float] = {"n_unreachable": float(g.n_unreachable)}
+    for name in ("tau2_reward_reachable", "tau2_success_reachable"):
+        if getattr(g, name) is not None:
+            _put(out, name, getattr(g, name))
+    return out
+
+
 def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], dict[tuple[str, str], set[str]]]:
     """The checkpoints in step order, and the shard ids planned per (checkpoint, domain); a run
     without a recorded plan (synthetic runs) has what its shards hold."""
@@ -183,6 +193,7 @@ def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row
         if not complete:
             return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]
         rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),
+                                                            **reachable_values(groups[name]),
                                                             STEP_METRIC: float(step)}))
     return rows, []
 

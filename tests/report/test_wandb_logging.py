@@ -19,6 +19,7 @@ from handoff.report.wandb_log import (
     WandbError,
     log_reduction,
     metric_values,
+    reachable_values,
     resolve_target,
     run_id,
     run_name,
@@ -60,6 +61,9 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
             assert {k: row[k] for k in metric_values(metrics)} == pytest.approx(metric_values(metrics))
             assert row["handoff/f1"] == pytest.approx(metrics.handoff.f1.value)
             assert row["reward"] == pytest.approx(metrics.reward.value)
+            group = reduction.group(ckpt, domain)  # tau2 without the golds no correct agent reaches
+            assert {k: row[k] for k in reachable_values(group)} == pytest.approx(reachable_values(group))
+            assert row["n_unreachable"] == group.n_unreachable and "tau2_reward_reachable" in row
             assert {f"transfer_rate/{r}" for r in metrics.transfer_rate_by_rule} <= set(row)
             assert {"handoff/precision", "handoff/recall", "tau2_reward", "violation_rate/any",
                     "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo", "handoff_episode/recall",
