@@ -12,13 +12,15 @@ resubmitted without costing their shard an attempt. An outage that outlasts engi
 (no node came back with the resources needed) fails the remaining shards with a message that says
 so; a replica whose restarts are spent is dropped, and its engine set fails when none is left.
 
-What is the episode's own doing (an exception in it, a timeout) costs the shard an attempt: an
-attempt ends when one of its episodes fails, the failed episodes are resubmitted under the next
-attempt, and all the episodes that one crash takes down count as one attempt. An episode whose
-worker process dies under it again (an episode that runs it out of memory or crashes it every
-time) is its own doing too: after its worker died under it twice it runs on a worker of its own, and each
-death there costs an attempt (the episodes beside it when it crashed lose nothing). A shard whose attempts
-are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
+Whose fault a failure is, is handoff.sweep.failures' `classify`. What is the episode's own doing
+(an exception in it, a timeout) costs the shard an attempt: an attempt ends when one of its episodes
+fails, the failed episodes are resubmitted under the next attempt, and all the episodes that one crash
+takes down count as one attempt. A worker's death (or Ray's "unavailable") holds its episodes until its
+node's verdict (failures.WorkerDeaths): a lost node costs nothing; a death on a healthy node counts
+against the episodes it took down, and an episode whose worker died under it twice so (one that runs it
+out of memory or crashes it every time) runs on a worker of its own, where each death costs an attempt
+(the episodes beside it when it crashed lose nothing). A shard whose attempts are spent goes to
+failed/<id>.json and the sweep goes on; its finished episodes stay in
 partial/<id>.jsonl for the next resume.
 """
 
@@ -34,13 +36,13 @@ from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import (
     EngineHost,
-    EngineUnavailableError,
     ScriptConfig,
     actor_env,
     actor_state,
     one_engine,
     replica_options,
 )
+from handoff.sweep.failures import Fault, Place, WorkerDeaths, actor_place, classify, nodes_alive
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.progress import Progress, requests_of
@@ -71,6 +73,7 @@ class Inflight:
     slot: object = None  # the rolling schedule's engine slot
     started: float = field(default_factory=time.monotonic)
     alone: bool = False  # on a worker of its own: its worker's death is its doing
+    place: Place = field(default_factory=lambda: Place("ALIVE"))  # its worker's node and restarts when dispatched
 
 
 @dataclass
@@ -86,37 +89,10 @@ class Live:
     fatal: str = ""  # every remaining shard fails: an outage past its deadline, or the user's engines dead
     dead: list[tuple[EngineRef, str]] = field(default_factory=list)  # agent engine sets dead for good, and why
     gone: set = field(default_factory=set)  # replicas dead for good (actor ids)
+    places: dict = field(default_factory=dict)  # worker index -> failures.Place
 
     def only_alive(self, ref: EngineRef) -> EngineRef:
         return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
-
-
-def engine_lost(exc: BaseException) -> bool:
-    """An episode's error that says one of its engines is unavailable (dead for good, or down past
-    engine.load_timeout_s)."""
-    return isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError)
-
-
-def ray_lost(exc: BaseException) -> bool:
-    """Ray's word that a process the episode used died (its node died, it was killed)."""
-    import ray.exceptions as rx
-
-    if isinstance(exc, rx.RayActorError):
-        return not exc.actor_init_failed
-    return isinstance(exc, (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError))
-
-
-def worker_lost(exc: BaseException) -> bool:
-    """An episode's error that says its own worker process died (not an error the episode raised)."""
-    from ray.exceptions import RayTaskError
-
-    return ray_lost(exc) and not isinstance(exc, RayTaskError) and not engine_lost(exc)
-
-
-def infrastructure_lost(exc: BaseException) -> bool:
-    """An error that says an engine or a worker was lost (its node died, its process is being
-    restarted), not that the episode failed."""
-    return engine_lost(exc) or ray_lost(exc)
 
 
 @dataclass
@@ -168,6 +144,7 @@ class Driver:
         self.failures = 0
         self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
         self.worker_deaths: Counter = Counter()  # (shard id, episode key): how often its worker died under it
+        self.deaths = WorkerDeaths()  # worker deaths awaiting their node's verdict
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
@@ -403,9 +380,10 @@ class Driver:
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
         self.alone = set()
         live: Live | None = None
-        while placement.has_work() or inflight:
+        while placement.has_work() or inflight or self.deaths.pending:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
+                self._judge_deaths(live, placement, bar)
                 if live.fatal:  # an outage past its deadline or a dead user engine: every shard fails
                     self._abandon(live.fatal, bar, list(self.todo.values()))
                     return
@@ -420,7 +398,7 @@ class Driver:
                     placement.requeue(st, ep)
                     continue
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
-                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.alone)
+                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.alone, place=live.places[w])
                 self.load[w] += 1
             loads = placement.loads()
             waiting = list(inflight) + loads
@@ -460,9 +438,9 @@ class Driver:
 
     def _worker_for(self, st: ShardState, ep: Episode, workers: list[int]) -> int | None:
         """The least loaded worker not kept for a suspect; for a suspect (an episode whose worker
-        died under it SUSPECT_DEATHS times: a node's loss kills a worker once, an episode that
-        crashes its worker does it every time, to the episodes beside it too) an idle worker, kept
-        for it alone, or None while there is none."""
+        died under it SUSPECT_DEATHS times on a healthy node: an episode that crashes its worker
+        does it every time, to the episodes beside it too) an idle worker, kept for it alone, or
+        None while there is none."""
         free = [w for w in workers if w not in self.alone]
         if self.worker_deaths[(st.shard.id, ep.key)] < self.SUSPECT_DEATHS:
             return min(free, key=self.load.__getitem__) if free else None
@@ -494,7 +472,8 @@ class Driver:
         simulator's engines goes on with its own checkpoint only)."""
         e, now = self.cfg.engine, time.monotonic()
         agents = placement.engine_sets()
-        workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
+        places = {i: actor_place(w) for i, w in enumerate(self.workers)}
+        workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.deaths.held]
         sets = agents + ([user] if user is not None else [])
         state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
         alive = {a for a, s in state.items() if s == "ALIVE"}
@@ -525,7 +504,8 @@ class Driver:
             self.strand = None
         if fatal:
             self.pause = self.strand = None
-        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone)
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone,
+                    places)
 
     def _outage_error(self, missing: list[str]) -> str:
         e = self.cfg.engine
@@ -580,16 +560,43 @@ class Driver:
                 self.bar.write(excerpt)
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
-        """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine
-        or worker does not, unless the worker died under this episode before (returns True when
-        an engine or a worker was lost)."""
+        """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine or
+        worker does not; a worker's death waits for its node's verdict (_judge_deaths). Returns True
+        when something was lost."""
+        fault = classify(exc)
+        if fault.of_worker:
+            self.deaths.died(item.worker, fault, item.place, item, time.monotonic(), exc)
+        elif fault is Fault.INFRASTRUCTURE:
+            self._resubmit(item, placement)
+        else:
+            self._charge(item, exc, placement, bar)
+        return fault is not Fault.EPISODE
+
+    def _judge_deaths(self, live: Live, placement, bar) -> None:
+        """Worker deaths decided now: one on a healthy node counts against each episode it took
+        down (see _worker_for), and costs an attempt to an episode that ran alone there; one whose
+        node is lost costs nothing."""
+        if not self.deaths.pending:
+            return
+        for death, own in self.deaths.verdicts(live.places, nodes_alive(self.ray), time.monotonic()):
+            for item in death.items:
+                if own:
+                    self.worker_deaths[(item.state.shard.id, item.episode.key)] += 1
+                if own and item.alone:
+                    self._charge(item, death.error, placement, bar)
+                else:
+                    self._resubmit(item, placement)
+
+    def _resubmit(self, item: Inflight, placement) -> None:
+        """Lost to infrastructure: requeued without costing an attempt."""
+        self.lost += 1
+        if not item.state.failed:
+            placement.requeue(item.state, item.episode)
+
+    def _charge(self, item: Inflight, exc: BaseException, placement, bar) -> None:
+        """The episode's own failure: its attempt ends (once for every episode it ended), and the
+        shard fails once its attempts are spent, else the episode is requeued."""
         st = item.state
-        lost = infrastructure_lost(exc)
-        if lost and not self._killed_its_worker_again(item, exc):
-            self.lost += 1
-            if not st.failed:
-                placement.requeue(st, item.episode)
-            return True
         self.failures += 1
         st.last_error = self._error_text(item, exc)
         if item.attempt == st.attempt:  # the first failure of this attempt ends it
@@ -599,19 +606,10 @@ class Driver:
         else:
             placement.requeue(st, item.episode)
         self._postfix(bar)
-        return lost
 
-    def _killed_its_worker_again(self, item: Inflight, exc: Exception) -> bool:
-        """Whether `exc` says the episode's worker died while it ran alone there (see _worker_for):
-        a death beside other episodes may be theirs, or a node's, and costs nothing."""
-        if not worker_lost(exc):
-            return False
-        self.worker_deaths[(item.state.shard.id, item.episode.key)] += 1
-        return item.alone
-
-    def _error_text(self, item: Inflight, exc: Exception) -> str:
+    def _error_text(self, item: Inflight, exc: BaseException) -> str:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]
-        if worker_lost(exc):
+        if classify(exc).of_worker:
             deaths = self.worker_deaths[(item.state.shard.id, item.episode.key)]
             text = (f"the worker process died {deaths} times while running episode {'/'.join(map(str, item.episode.key))} "
                     f"(out of memory, or a crash: see the worker's log): {text}")

@@ -11,6 +11,7 @@ import handoff  # noqa: F401
 from handoff.sweep import driver as driver_module
 from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver, Inflight
+from handoff.sweep.failures import Place
 from handoff.sweep.run import compose
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.worker import EngineRef
@@ -44,6 +45,7 @@ def world(tmp_path, monkeypatch):
     d.workers = [Actor("w")]
     states, clock = {"a": "ALIVE", "b": "ALIVE", "w": "ALIVE"}, [1000.0]
     monkeypatch.setattr(driver_module, "actor_state", lambda handle: states[handle._actor_id])
+    monkeypatch.setattr(driver_module, "actor_place", lambda handle: Place(states[handle._actor_id]))
     monkeypatch.setattr(driver_module.time, "monotonic", lambda: clock[0])
 
     def at(t: float, **now):
