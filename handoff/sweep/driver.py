@@ -20,7 +20,7 @@ node's verdict (failures.WorkerDeaths): a lost node costs nothing; a death on a 
 against the episodes it took down, and an episode whose worker died under it twice so (one that runs it
 out of memory or crashes it every time) runs on a worker of its own, where each death costs an attempt
 (the episodes beside it when it crashed lose nothing). A shard whose attempts are spent goes to
-failed/<id>.json and the sweep goes on; its finished episodes stay in
+failed/<id>.json (a typed record with its kind) and the sweep goes on; its finished episodes stay in
 partial/<id>.jsonl for the next resume.
 """
 
@@ -42,7 +42,7 @@ from handoff.sweep.engines import (
     one_engine,
     replica_options,
 )
-from handoff.sweep.failures import Fault, Place, WorkerDeaths, actor_place, classify, nodes_alive
+from handoff.sweep.failures import Fault, Place, ShardFailure, WorkerDeaths, actor_place, classify, nodes_alive
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.progress import Progress, requests_of
@@ -213,7 +213,7 @@ class Driver:
     def engine_not_started(self, name: str, states, error) -> None:
         """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
         for st in states:
-            self._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
+            self._give_up(st, f"engine for {name} did not start: {error}"[-4000:], ShardFailure.ENGINE_START)
 
     def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         """Launch the replicas and wait until they are loaded; replicas of a start that failed or
@@ -521,7 +521,7 @@ class Driver:
         partial/): the cluster lacks what they need."""
         for st in states:
             if not st.complete:
-                self._give_up(st, error)
+                self._give_up(st, error, ShardFailure.INFRASTRUCTURE)
         self._postfix(bar)
 
     def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:
@@ -545,13 +545,13 @@ class Driver:
             if not st.complete and not st.failed:
                 self._give_up(st, f"internal error: the sweep ended with this shard neither complete nor failed "
                                   f"({len(st.records)} of its {len(st.shard.episodes)} episodes recorded); "
-                                  "resume the run to rerun the others")
+                                  "resume the run to rerun the others", ShardFailure.INTERNAL)
 
-    def _give_up(self, st: ShardState, error: str) -> None:
+    def _give_up(self, st: ShardState, error: str, kind: ShardFailure) -> None:
         if not st.failed:
             st.failed = True
             error = plain(error)  # Ray colours the actor names in its errors: no escape codes in failed/*.json
-            self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
+            self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts), kind)
             last = (error.strip() or "unknown error").splitlines()[-1]
             self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
             excerpt, key = traceback_excerpt(error), error_key(error)
@@ -602,7 +602,7 @@ class Driver:
         if item.attempt == st.attempt:  # the first failure of this attempt ends it
             st.attempt += 1
         if st.attempt > self.cfg.max_attempts:
-            self._give_up(st, st.last_error)
+            self._give_up(st, st.last_error, ShardFailure.EPISODE)
         else:
             placement.requeue(st, item.episode)
         self._postfix(bar)

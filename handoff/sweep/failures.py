@@ -15,8 +15,11 @@ As vLLM splits recoverable errors from dead engines and tau2 has INFRASTRUCTURE_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import Enum
+
+from pydantic import BaseModel, Field
 
 from handoff.sweep.engines import EngineUnavailableError
 
@@ -31,6 +34,26 @@ class Fault(str, Enum):
     def of_worker(self) -> bool:
         """Whether the verdict is the worker's node's (see WorkerDeaths)."""
         return self in (Fault.WORKER_DIED, Fault.WORKER_UNREACHABLE)
+
+
+class ShardFailure(str, Enum):
+    """Why a shard went to failed/<id>.json: its own episodes, or what the cluster lacked."""
+
+    EPISODE = "episode"  # its episodes' own failures spent max_attempts
+    INFRASTRUCTURE = "infrastructure"  # engines or workers unavailable past engine.load_timeout_s, or dead for good
+    ENGINE_START = "engine_start"  # its checkpoint's engine (or the user simulator's) did not start
+    CORRUPT = "corrupt"  # its shard file failed its check and was moved aside (rerun on resume)
+    INTERNAL = "internal"  # the sweep ended with the shard neither complete nor failed (a bug)
+
+
+class FailedShard(BaseModel):
+    """failed/<id>.json. `kind` was added by issue 31; older records lack it."""
+
+    shard_id: str
+    kind: ShardFailure | None = None
+    attempts: int
+    error: str
+    time: float = Field(default_factory=time.time)
 
 
 def classify(exc: BaseException) -> Fault:

@@ -7,7 +7,7 @@ import pytest
 import ray.exceptions as rx
 
 from handoff.sweep.engines import EngineUnavailableError
-from handoff.sweep.failures import Fault, Place, WorkerDeaths, classify
+from handoff.sweep.failures import FailedShard, Fault, Place, ShardFailure, WorkerDeaths, classify
 
 
 def raised_in_episode(cause: Exception) -> Exception:
@@ -96,3 +96,10 @@ def test_the_episodes_one_death_took_down_share_its_verdict():
     deaths.died(0, Fault.WORKER_DIED, AT_N1, "b", 100.5, RuntimeError("second"))
     [(death, own)] = deaths.verdicts({0: Place("ALIVE", N1, restarts=1)}, {N1}, 110.0)
     assert own is True and death.items == ["a", "b"] and death.fault is Fault.WORKER_DIED
+
+
+def test_a_failed_record_from_before_its_kind_still_reads():
+    old = FailedShard.model_validate_json('{"shard_id": "s", "attempts": 3, "error": "x", "time": 1.0}')
+    assert old.kind is None and old.attempts == 3
+    new = FailedShard(shard_id="s", kind=ShardFailure.INFRASTRUCTURE, attempts=0, error="unavailable")
+    assert FailedShard.model_validate_json(new.model_dump_json()).kind is ShardFailure.INFRASTRUCTURE
