@@ -12,7 +12,8 @@ resubmitted without costing their shard an attempt. An outage that outlasts engi
 (no node came back with the resources needed) fails the remaining shards with a message that says
 so; a replica whose restarts are spent is dropped, and its engine set fails when none is left.
 
-Whose fault a failure is, is handoff.sweep.failures' `classify`. What is the episode's own doing
+Whose fault a failure is, is handoff.sweep.failures' `classify`; what it costs, and the outage
+clocks, are handoff.sweep.policy's (FailurePolicy, OutageClocks), tested without Ray. What is the episode's own doing
 (an exception in it, a timeout) costs the shard an attempt: an attempt ends when one of its episodes
 fails, the failed episodes are resubmitted under the next attempt, and all the episodes that one crash
 takes down count as one attempt. A worker's death (or Ray's "unavailable") holds its episodes until its
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
@@ -42,9 +43,10 @@ from handoff.sweep.engines import (
     one_engine,
     replica_options,
 )
-from handoff.sweep.failures import Fault, Place, ShardFailure, WorkerDeaths, actor_place, classify, nodes_alive
+from handoff.sweep.failures import Place, ShardFailure, actor_place, classify, nodes_alive
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
@@ -141,10 +143,7 @@ class Driver:
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
-        self.failures = 0
-        self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
-        self.worker_deaths: Counter = Counter()  # (shard id, episode key): how often its worker died under it
-        self.deaths = WorkerDeaths()  # worker deaths awaiting their node's verdict
+        self.policy = FailurePolicy(cfg.max_attempts)  # what a failed episode costs, and who runs alone
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
@@ -152,11 +151,7 @@ class Driver:
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
-        # When the two kinds of outage began (None: none now): dispatch paused (the user's engines, every
-        # agent set or the workers down), and checkpoints whose queued episodes no engine alive can take.
-        self.pause: float | None = None
-        self.strand: float | None = None
-        self.alone: set[int] = set()  # workers running a suspect episode (see _worker_for) and nothing else
+        self.clocks = OutageClocks(cfg.engine.load_timeout_s)  # a pause and stranded checkpoints
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -328,7 +323,7 @@ class Driver:
             episodes_total=self.total,
             episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
             shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
-            shards_failed=self.run.failed_ids(), episode_failures=self.failures,
+            shards_failed=self.run.failed_ids(), episode_failures=self.policy.failures,
             wall_s=time.monotonic() - self.started, ran=hasattr(self, "ray"))
 
     def _unfinished(self) -> dict[str, ShardState]:
@@ -378,9 +373,9 @@ class Driver:
         in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
-        self.alone = set()
+        self.policy.reset()
         live: Live | None = None
-        while placement.has_work() or inflight or self.deaths.pending:
+        while placement.has_work() or inflight or self.policy.deaths.pending:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
                 self._judge_deaths(live, placement, bar)
@@ -390,15 +385,16 @@ class Driver:
                 for ref, error in live.dead:  # a checkpoint whose engines are all dead for good: its shards
                     self._abandon(error, bar, [st for st in states if st.shard.model == ref.checkpoint.name])
                 placement.drop_dead(live.gone)
-            room = live.capacity - len(inflight) - len(self.alone) * (self.cfg.workers.threads - 1)
+            room = live.capacity - len(inflight) - len(self.policy.alone) * (self.cfg.workers.threads - 1)
             for st, ep, agent, slot in placement.take(room, live.alive) if live.ready else []:
-                w = self._worker_for(st, ep, live.workers)
+                w = self.policy.worker_for((st.shard.id, ep.key), live.workers, self.load)
                 if w is None:  # a suspect waits for an idle worker
                     placement.finished(slot, None)
                     placement.requeue(st, ep)
                     continue
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
-                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.alone, place=live.places[w])
+                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.policy.alone,
+                                       place=live.places[w])
                 self.load[w] += 1
             loads = placement.loads()
             waiting = list(inflight) + loads
@@ -423,7 +419,7 @@ class Driver:
             bar.poll(self.ray, self._replicas(placement, user, live))
             if loads:
                 placement.check_load_timeouts()
-            if self.pause is None:  # a pause does not count against the episodes' time
+            if not self.clocks.paused:  # a pause does not count against the episodes' time
                 for ref, item in list(inflight.items()):
                     if time.monotonic() - item.started > self.cfg.episode_timeout_s:
                         self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
@@ -434,25 +430,9 @@ class Driver:
                                      placement, bar)
         bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
 
-    SUSPECT_DEATHS = 2  # an episode whose worker died under it this often runs alone from then on
-
-    def _worker_for(self, st: ShardState, ep: Episode, workers: list[int]) -> int | None:
-        """The least loaded worker not kept for a suspect; for a suspect (an episode whose worker
-        died under it SUSPECT_DEATHS times on a healthy node: an episode that crashes its worker
-        does it every time, to the episodes beside it too) an idle worker, kept for it alone, or
-        None while there is none."""
-        free = [w for w in workers if w not in self.alone]
-        if self.worker_deaths[(st.shard.id, ep.key)] < self.SUSPECT_DEATHS:
-            return min(free, key=self.load.__getitem__) if free else None
-        idle = next((w for w in free if self.load[w] == 0), None)
-        if idle is not None:
-            self.alone.add(idle)
-        return idle
-
     def _release(self, item: Inflight) -> None:
         self.load[item.worker] -= 1
-        if item.alone:
-            self.alone.discard(item.worker)
+        self.policy.release(item.worker, item.alone)
 
     @staticmethod
     def _replicas(placement, user: EngineRef | None, live: Live | None) -> list:
@@ -470,10 +450,10 @@ class Driver:
         with none alive), else to the shards of the checkpoints whose queued episodes no engine
         alive can take (the placement's `stranded`: under rolling, a slot pinned to the user
         simulator's engines goes on with its own checkpoint only)."""
-        e, now = self.cfg.engine, time.monotonic()
+        now = time.monotonic()
         agents = placement.engine_sets()
         places = {i: actor_place(w) for i, w in enumerate(self.workers)}
-        workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.deaths.held]
+        workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.policy.deaths.held]
         sets = agents + ([user] if user is not None else [])
         state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
         alive = {a for a, s in state.items() if s == "ALIVE"}
@@ -485,25 +465,17 @@ class Driver:
         if not workers:
             pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         stranded = [] if pausing else placement.stranded(alive)
-        # Two clocks: a pause (nothing dispatched, in-flight episodes' time credited back at its end)
-        # and stranded checkpoints (the other slots go on, their episodes' time runs as usual).
-        if self.pause is None and pausing:
-            self.pause = now
-        elif self.pause is not None and not pausing:
-            for item in inflight.values():
-                item.started += now - self.pause
-            self.pause = None
-        if not pausing:  # a pause keeps the stranded clock running: both are unavailable
-            self.strand = (now if self.strand is None else self.strand) if stranded else None
+        tick = self.clocks.tick(now, bool(pausing), bool(stranded))
+        for item in inflight.values():
+            item.started += tick.credit_s
         fatal = self.dead_error(user) if user in dead else ""
         dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
-        if self.pause is not None and now - self.pause > e.load_timeout_s:
-            fatal, self.pause = fatal or self._outage_error(pausing), None
-        if not pausing and self.strand is not None and now - self.strand > e.load_timeout_s:
+        if tick.pause_expired:
+            fatal = fatal or self._outage_error(pausing)
+        if tick.strand_expired:
             dead_sets += [(ref, self._outage_error([self._unavailable(r) for r in stranded])) for ref in stranded]
-            self.strand = None
         if fatal:
-            self.pause = self.strand = None
+            self.clocks.reset()
         return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone,
                     places)
 
@@ -560,48 +532,34 @@ class Driver:
                 self.bar.write(excerpt)
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
-        """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine or
-        worker does not; a worker's death waits for its node's verdict (_judge_deaths). Returns True
-        when something was lost."""
-        fault = classify(exc)
-        if fault.of_worker:
-            self.deaths.died(item.worker, fault, item.place, item, time.monotonic(), exc)
-        elif fault is Fault.INFRASTRUCTURE:
-            self._resubmit(item, placement)
-        else:
+        """Resubmit the episode, at the cost the policy says; a worker's death holds it for its node's
+        verdict (_judge_deaths). Returns True when something was lost."""
+        cost = self.policy.cost(item, exc, time.monotonic())
+        if cost is Cost.NOTHING:
+            self._requeue(item, placement)
+        elif cost is Cost.ATTEMPT:
             self._charge(item, exc, placement, bar)
-        return fault is not Fault.EPISODE
+        return cost is not Cost.ATTEMPT
 
     def _judge_deaths(self, live: Live, placement, bar) -> None:
-        """Worker deaths decided now: one on a healthy node counts against each episode it took
-        down (see _worker_for), and costs an attempt to an episode that ran alone there; one whose
-        node is lost costs nothing."""
-        if not self.deaths.pending:
+        """The held episodes whose workers' deaths are decided now, resubmitted at their cost."""
+        if not self.policy.deaths.pending:
             return
-        for death, own in self.deaths.verdicts(live.places, nodes_alive(self.ray), time.monotonic()):
-            for item in death.items:
-                if own:
-                    self.worker_deaths[(item.state.shard.id, item.episode.key)] += 1
-                if own and item.alone:
-                    self._charge(item, death.error, placement, bar)
-                else:
-                    self._resubmit(item, placement)
+        for item, cost, error in self.policy.judge(live.places, nodes_alive(self.ray), time.monotonic()):
+            if cost is Cost.ATTEMPT:
+                self._charge(item, error, placement, bar)
+            else:
+                self._requeue(item, placement)
 
-    def _resubmit(self, item: Inflight, placement) -> None:
-        """Lost to infrastructure: requeued without costing an attempt."""
-        self.lost += 1
+    def _requeue(self, item: Inflight, placement) -> None:
         if not item.state.failed:
             placement.requeue(item.state, item.episode)
 
     def _charge(self, item: Inflight, exc: BaseException, placement, bar) -> None:
-        """The episode's own failure: its attempt ends (once for every episode it ended), and the
-        shard fails once its attempts are spent, else the episode is requeued."""
+        """The episode's own failure: the shard fails once its attempts are spent, else the episode is requeued."""
         st = item.state
-        self.failures += 1
         st.last_error = self._error_text(item, exc)
-        if item.attempt == st.attempt:  # the first failure of this attempt ends it
-            st.attempt += 1
-        if st.attempt > self.cfg.max_attempts:
+        if self.policy.charge(st, item.attempt):
             self._give_up(st, st.last_error, ShardFailure.EPISODE)
         else:
             placement.requeue(st, item.episode)
@@ -610,10 +568,10 @@ class Driver:
     def _error_text(self, item: Inflight, exc: BaseException) -> str:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]
         if classify(exc).of_worker:
-            deaths = self.worker_deaths[(item.state.shard.id, item.episode.key)]
+            deaths = self.policy.deaths_under(item)
             text = (f"the worker process died {deaths} times while running episode {'/'.join(map(str, item.episode.key))} "
                     f"(out of memory, or a crash: see the worker's log): {text}")
         return text
 
     def _postfix(self, bar) -> None:
-        bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))
+        bar.set_postfix(failures=self.policy.failures, failed_shards=sum(s.failed for s in self.states.values()))

@@ -76,10 +76,10 @@ def test_a_stranded_outage_neither_suspends_nor_credits_the_other_slots_episode_
     time is credited back only after a pause."""
     d, at, inflight = world
     at(0, b="RESTARTING")
-    assert d.pause is None  # _dispatch checks episode timeouts while nothing pauses
+    assert not d.clocks.paused  # _dispatch checks episode timeouts while nothing pauses
     at(50, b="ALIVE")
     assert inflight["ref"].started == 1000.0
     at(60, w="RESTARTING")
-    assert d.pause is not None
+    assert d.clocks.paused
     at(80, w="ALIVE")
-    assert d.pause is None and inflight["ref"].started == 1020.0
+    assert not d.clocks.paused and inflight["ref"].started == 1020.0
