@@ -37,8 +37,10 @@ class FailurePolicy:
         self.lost = 0  # episodes resubmitted for free
 
     def reset(self) -> None:
-        """A new dispatch: no worker is kept for a suspect (what an earlier one left in flight is not waited for)."""
+        """A new dispatch: no worker is kept for a suspect and no death awaits a verdict (what an earlier
+        one left, when it ended early with its shards failed, is not waited for)."""
         self.alone = set()
+        self.deaths = WorkerDeaths()
 
     def worker_for(self, key: tuple, workers: list[int], load: list[int]) -> int | None:
         """The least loaded of `workers` not kept for a suspect; for a suspect an idle one, kept for it

@@ -101,3 +101,11 @@ def test_a_stranded_outage_credits_nothing():
     clocks.tick(60, pausing=True, stranded=False)
     clocks.reset()
     assert not clocks.paused and clocks.tick(70, pausing=False, stranded=False).credit_s == 0
+
+
+def test_a_new_dispatch_starts_with_no_held_episode_nor_kept_worker():
+    policy = FailurePolicy(max_attempts=2)
+    policy.cost(item(0), rx.ActorDiedError(), 0.0)
+    policy.alone.add(1)
+    policy.reset()
+    assert policy.deaths.held == set() and policy.alone == set()
