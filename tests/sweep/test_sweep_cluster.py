@@ -303,7 +303,7 @@ def test_node_lost_under_a_slot_while_another_is_pinned(cluster, tmp_path):
 
 
 REPLACE_AFTER_S = 65  # a replacement joins more than a minute after the node is lost
-NODE_START_S = 600  # a node's `ray start` on a machine loaded ~15 on 2 cores took over 300 s (3 of 5 tries)
+NODE_START_S = 600  # a node's `ray start` here (load 15-30 on 2 cores) took over 300 s in 5 of 7 tries
 
 
 @pytest.mark.timeout(2400)
