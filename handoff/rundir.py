@@ -8,7 +8,7 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
       .reduce.lock                held (flock) by whoever reduces, logs to W&B or reports (one at a time)
       shards/<id>.jsonl           finished shards (handoff.records format)
       partial/<id>.jsonl          episodes of unfinished shards, one record a line
-      failed/<id>.json            shards that kept failing: error and attempts
+      failed/<id>.json            shards that kept failing: kind, error and attempts
       reduced/metrics.json        the reduction
       reduced/scores/<id>.jsonl   per-shard score cache
       export/<ckpt>__<domain>.json  tau2 Results export

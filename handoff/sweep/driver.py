@@ -12,13 +12,16 @@ resubmitted without costing their shard an attempt. An outage that outlasts engi
 (no node came back with the resources needed) fails the remaining shards with a message that says
 so; a replica whose restarts are spent is dropped, and its engine set fails when none is left.
 
-What is the episode's own doing (an exception in it, a timeout) costs the shard an attempt: an
-attempt ends when one of its episodes fails, the failed episodes are resubmitted under the next
-attempt, and all the episodes that one crash takes down count as one attempt. An episode whose
-worker process dies under it again (an episode that runs it out of memory or crashes it every
-time) is its own doing too: after its worker died under it twice it runs on a worker of its own, and each
-death there costs an attempt (the episodes beside it when it crashed lose nothing). A shard whose attempts
-are spent goes to failed/<id>.json and the sweep goes on; its finished episodes stay in
+Whose fault a failure is, is handoff.sweep.failures' `classify`; what it costs, and the outage
+clocks, are handoff.sweep.policy's (FailurePolicy, OutageClocks), tested without Ray. What is the episode's own doing
+(an exception in it, a timeout) costs the shard an attempt: an attempt ends when one of its episodes
+fails, the failed episodes are resubmitted under the next attempt, and all the episodes that one crash
+takes down count as one attempt. A worker's death (or Ray's "unavailable") holds its episodes until its
+node's verdict (failures.WorkerDeaths): a lost node costs nothing; a death on a healthy node counts
+against the episodes it took down, and an episode whose worker died under it twice so (one that runs it
+out of memory or crashes it every time) runs on a worker of its own, where each death costs an attempt
+(the episodes beside it when it crashed lose nothing). A shard whose attempts are spent goes to
+failed/<id>.json (a typed record with its kind) and the sweep goes on; its finished episodes stay in
 partial/<id>.jsonl for the next resume.
 """
 
@@ -27,22 +30,23 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import (
     EngineHost,
-    EngineUnavailableError,
     ScriptConfig,
     actor_env,
     actor_state,
     one_engine,
     replica_options,
 )
+from handoff.sweep.failures import Place, ShardFailure, actor_place, classify, nodes_alive
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
@@ -71,6 +75,7 @@ class Inflight:
     slot: object = None  # the rolling schedule's engine slot
     started: float = field(default_factory=time.monotonic)
     alone: bool = False  # on a worker of its own: its worker's death is its doing
+    place: Place = field(default_factory=lambda: Place("ALIVE"))  # its worker's node and restarts when dispatched
 
 
 @dataclass
@@ -86,37 +91,10 @@ class Live:
     fatal: str = ""  # every remaining shard fails: an outage past its deadline, or the user's engines dead
     dead: list[tuple[EngineRef, str]] = field(default_factory=list)  # agent engine sets dead for good, and why
     gone: set = field(default_factory=set)  # replicas dead for good (actor ids)
+    places: dict = field(default_factory=dict)  # worker index -> failures.Place
 
     def only_alive(self, ref: EngineRef) -> EngineRef:
         return EngineRef(ref.checkpoint, [r for r in ref.replicas if r._actor_id in self.alive], ref.role)
-
-
-def engine_lost(exc: BaseException) -> bool:
-    """An episode's error that says one of its engines is unavailable (dead for good, or down past
-    engine.load_timeout_s)."""
-    return isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError)
-
-
-def ray_lost(exc: BaseException) -> bool:
-    """Ray's word that a process the episode used died (its node died, it was killed)."""
-    import ray.exceptions as rx
-
-    if isinstance(exc, rx.RayActorError):
-        return not exc.actor_init_failed
-    return isinstance(exc, (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError))
-
-
-def worker_lost(exc: BaseException) -> bool:
-    """An episode's error that says its own worker process died (not an error the episode raised)."""
-    from ray.exceptions import RayTaskError
-
-    return ray_lost(exc) and not isinstance(exc, RayTaskError) and not engine_lost(exc)
-
-
-def infrastructure_lost(exc: BaseException) -> bool:
-    """An error that says an engine or a worker was lost (its node died, its process is being
-    restarted), not that the episode failed."""
-    return engine_lost(exc) or ray_lost(exc)
 
 
 @dataclass
@@ -169,9 +147,7 @@ class Driver:
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
-        self.failures = 0
-        self.lost = 0  # episodes resubmitted because an engine or a worker was lost (no attempt spent)
-        self.worker_deaths: Counter = Counter()  # (shard id, episode key): how often its worker died under it
+        self.policy = FailurePolicy(cfg.max_attempts)  # what a failed episode costs, and who runs alone
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
@@ -179,11 +155,7 @@ class Driver:
         self.workers: list = []
         self.load: list[int] = []
         self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
-        # When the two kinds of outage began (None: none now): dispatch paused (the user's engines, every
-        # agent set or the workers down), and checkpoints whose queued episodes no engine alive can take.
-        self.pause: float | None = None
-        self.strand: float | None = None
-        self.alone: set[int] = set()  # workers running a suspect episode (see _worker_for) and nothing else
+        self.clocks = OutageClocks(cfg.engine.load_timeout_s)  # a pause and stranded checkpoints
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -240,7 +212,7 @@ class Driver:
     def engine_not_started(self, name: str, states, error) -> None:
         """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
         for st in states:
-            self._give_up(st, f"engine for {name} did not start: {error}"[-4000:])
+            self._give_up(st, f"engine for {name} did not start: {error}"[-4000:], ShardFailure.ENGINE_START)
 
     def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
         """Launch the replicas and wait until they are loaded; replicas of a start that failed or
@@ -355,7 +327,7 @@ class Driver:
             episodes_total=self.total,
             episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
             shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
-            shards_failed=self.run.failed_ids(), episode_failures=self.failures,
+            shards_failed=self.run.failed_ids(), episode_failures=self.policy.failures,
             wall_s=time.monotonic() - self.started, ran=hasattr(self, "ray"))
 
     def _unfinished(self) -> dict[str, ShardState]:
@@ -405,26 +377,28 @@ class Driver:
         in flight."""
         inflight: dict = {}
         self.load = [0] * len(self.workers)  # what an earlier, abandoned checkpoint left in flight is not waited for
-        self.alone = set()
+        self.policy.reset()
         live: Live | None = None
-        while placement.has_work() or inflight:
+        while placement.has_work() or inflight or self.policy.deaths.pending:
             if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
+                self._judge_deaths(live, placement, bar)
                 if live.fatal:  # an outage past its deadline or a dead user engine: every shard fails
                     self._abandon(live.fatal, bar, list(self.todo.values()))
                     return
                 for ref, error in live.dead:  # a checkpoint whose engines are all dead for good: its shards
                     self._abandon(error, bar, [st for st in states if st.shard.model == ref.checkpoint.name])
                 placement.drop_dead(live.gone)
-            room = live.capacity - len(inflight) - len(self.alone) * (self.cfg.workers.threads - 1)
+            room = live.capacity - len(inflight) - len(self.policy.alone) * (self.cfg.workers.threads - 1)
             for st, ep, agent, slot in placement.take(room, live.alive) if live.ready else []:
-                w = self._worker_for(st, ep, live.workers)
+                w = self.policy.worker_for((st.shard.id, ep.key), live.workers, self.load)
                 if w is None:  # a suspect waits for an idle worker
                     placement.finished(slot, None)
                     placement.requeue(st, ep)
                     continue
                 ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
-                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.alone)
+                inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.policy.alone,
+                                       place=live.places[w])
                 self.load[w] += 1
             loads = placement.loads()
             waiting = list(inflight) + loads
@@ -449,7 +423,7 @@ class Driver:
             bar.poll(self.ray, self._replicas(placement, user, live))
             if loads:
                 placement.check_load_timeouts()
-            if self.pause is None:  # a pause does not count against the episodes' time
+            if not self.clocks.paused:  # a pause does not count against the episodes' time
                 for ref, item in list(inflight.items()):
                     if time.monotonic() - item.started > self.cfg.episode_timeout_s:
                         self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
@@ -460,25 +434,9 @@ class Driver:
                                      placement, bar)
         bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
 
-    SUSPECT_DEATHS = 2  # an episode whose worker died under it this often runs alone from then on
-
-    def _worker_for(self, st: ShardState, ep: Episode, workers: list[int]) -> int | None:
-        """The least loaded worker not kept for a suspect; for a suspect (an episode whose worker
-        died under it SUSPECT_DEATHS times: a node's loss kills a worker once, an episode that
-        crashes its worker does it every time, to the episodes beside it too) an idle worker, kept
-        for it alone, or None while there is none."""
-        free = [w for w in workers if w not in self.alone]
-        if self.worker_deaths[(st.shard.id, ep.key)] < self.SUSPECT_DEATHS:
-            return min(free, key=self.load.__getitem__) if free else None
-        idle = next((w for w in free if self.load[w] == 0), None)
-        if idle is not None:
-            self.alone.add(idle)
-        return idle
-
     def _release(self, item: Inflight) -> None:
         self.load[item.worker] -= 1
-        if item.alone:
-            self.alone.discard(item.worker)
+        self.policy.release(item.worker, item.alone)
 
     @staticmethod
     def _replicas(placement, user: EngineRef | None, live: Live | None) -> list:
@@ -496,9 +454,10 @@ class Driver:
         with none alive), else to the shards of the checkpoints whose queued episodes no engine
         alive can take (the placement's `stranded`: under rolling, a slot pinned to the user
         simulator's engines goes on with its own checkpoint only)."""
-        e, now = self.cfg.engine, time.monotonic()
+        now = time.monotonic()
         agents = placement.engine_sets()
-        workers = [i for i, w in enumerate(self.workers) if actor_state(w) == "ALIVE"]
+        places = {i: actor_place(w) for i, w in enumerate(self.workers)}
+        workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.policy.deaths.held]
         sets = agents + ([user] if user is not None else [])
         state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
         alive = {a for a, s in state.items() if s == "ALIVE"}
@@ -510,26 +469,19 @@ class Driver:
         if not workers:
             pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         stranded = [] if pausing else placement.stranded(alive)
-        # Two clocks: a pause (nothing dispatched, in-flight episodes' time credited back at its end)
-        # and stranded checkpoints (the other slots go on, their episodes' time runs as usual).
-        if self.pause is None and pausing:
-            self.pause = now
-        elif self.pause is not None and not pausing:
-            for item in inflight.values():
-                item.started += now - self.pause
-            self.pause = None
-        if not pausing:  # a pause keeps the stranded clock running: both are unavailable
-            self.strand = (now if self.strand is None else self.strand) if stranded else None
+        tick = self.clocks.tick(now, bool(pausing), bool(stranded))
+        for item in inflight.values():
+            item.started += tick.credit_s
         fatal = self.dead_error(user) if user in dead else ""
         dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
-        if self.pause is not None and now - self.pause > e.load_timeout_s:
-            fatal, self.pause = fatal or self._outage_error(pausing), None
-        if not pausing and self.strand is not None and now - self.strand > e.load_timeout_s:
+        if tick.pause_expired:
+            fatal = fatal or self._outage_error(pausing)
+        if tick.strand_expired:
             dead_sets += [(ref, self._outage_error([self._unavailable(r) for r in stranded])) for ref in stranded]
-            self.strand = None
         if fatal:
-            self.pause = self.strand = None
-        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone)
+            self.clocks.reset()
+        return Live(now, workers, alive, len(workers) * self.cfg.workers.threads, not pausing, fatal, dead_sets, gone,
+                    places)
 
     def _outage_error(self, missing: list[str]) -> str:
         e = self.cfg.engine
@@ -545,7 +497,7 @@ class Driver:
         partial/): the cluster lacks what they need."""
         for st in states:
             if not st.complete:
-                self._give_up(st, error)
+                self._give_up(st, error, ShardFailure.INFRASTRUCTURE)
         self._postfix(bar)
 
     def _record(self, st: ShardState, record: EpisodeRecord, bar) -> None:
@@ -569,13 +521,13 @@ class Driver:
             if not st.complete and not st.failed:
                 self._give_up(st, f"internal error: the sweep ended with this shard neither complete nor failed "
                                   f"({len(st.records)} of its {len(st.shard.episodes)} episodes recorded); "
-                                  "resume the run to rerun the others")
+                                  "resume the run to rerun the others", ShardFailure.INTERNAL)
 
-    def _give_up(self, st: ShardState, error: str) -> None:
+    def _give_up(self, st: ShardState, error: str, kind: ShardFailure) -> None:
         if not st.failed:
             st.failed = True
             error = plain(error)  # Ray colours the actor names in its errors: no escape codes in failed/*.json
-            self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts))
+            self.run.write_failed(st.shard.id, error, min(st.attempt, self.cfg.max_attempts), kind)
             last = (error.strip() or "unknown error").splitlines()[-1]
             self.bar.write(f"shard {st.shard.id} failed: {last[:300]} ({self.run.failed_path(st.shard.id)})")
             excerpt, key = traceback_excerpt(error), error_key(error)
@@ -584,42 +536,46 @@ class Driver:
                 self.bar.write(excerpt)
 
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
-        """Resubmit the episode; an episode's own failure costs its shard an attempt, a lost engine
-        or worker does not, unless the worker died under this episode before (returns True when
-        an engine or a worker was lost)."""
+        """Resubmit the episode, at the cost the policy says; a worker's death holds it for its node's
+        verdict (_judge_deaths). Returns True when something was lost."""
+        cost = self.policy.cost(item, exc, time.monotonic())
+        if cost is Cost.NOTHING:
+            self._requeue(item, placement)
+        elif cost is Cost.ATTEMPT:
+            self._charge(item, exc, placement, bar)
+        return cost is not Cost.ATTEMPT
+
+    def _judge_deaths(self, live: Live, placement, bar) -> None:
+        """The held episodes whose workers' deaths are decided now, resubmitted at their cost."""
+        if not self.policy.deaths.pending:
+            return
+        for item, cost, error in self.policy.judge(live.places, nodes_alive(self.ray), time.monotonic()):
+            if cost is Cost.ATTEMPT:
+                self._charge(item, error, placement, bar)
+            else:
+                self._requeue(item, placement)
+
+    def _requeue(self, item: Inflight, placement) -> None:
+        if not item.state.failed:
+            placement.requeue(item.state, item.episode)
+
+    def _charge(self, item: Inflight, exc: BaseException, placement, bar) -> None:
+        """The episode's own failure: the shard fails once its attempts are spent, else the episode is requeued."""
         st = item.state
-        lost = infrastructure_lost(exc)
-        if lost and not self._killed_its_worker_again(item, exc):
-            self.lost += 1
-            if not st.failed:
-                placement.requeue(st, item.episode)
-            return True
-        self.failures += 1
         st.last_error = self._error_text(item, exc)
-        if item.attempt == st.attempt:  # the first failure of this attempt ends it
-            st.attempt += 1
-        if st.attempt > self.cfg.max_attempts:
-            self._give_up(st, st.last_error)
+        if self.policy.charge(st, item.attempt):
+            self._give_up(st, st.last_error, ShardFailure.EPISODE)
         else:
             placement.requeue(st, item.episode)
         self._postfix(bar)
-        return lost
 
-    def _killed_its_worker_again(self, item: Inflight, exc: Exception) -> bool:
-        """Whether `exc` says the episode's worker died while it ran alone there (see _worker_for):
-        a death beside other episodes may be theirs, or a node's, and costs nothing."""
-        if not worker_lost(exc):
-            return False
-        self.worker_deaths[(item.state.shard.id, item.episode.key)] += 1
-        return item.alone
-
-    def _error_text(self, item: Inflight, exc: Exception) -> str:
+    def _error_text(self, item: Inflight, exc: BaseException) -> str:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]
-        if worker_lost(exc):
-            deaths = self.worker_deaths[(item.state.shard.id, item.episode.key)]
+        if classify(exc).of_worker:
+            deaths = self.policy.deaths_under(item)
             text = (f"the worker process died {deaths} times while running episode {'/'.join(map(str, item.episode.key))} "
                     f"(out of memory, or a crash: see the worker's log): {text}")
         return text
 
     def _postfix(self, bar) -> None:
-        bar.set_postfix(failures=self.failures, failed_shards=sum(s.failed for s in self.states.values()))
+        bar.set_postfix(failures=self.policy.failures, failed_shards=sum(s.failed for s in self.states.values()))

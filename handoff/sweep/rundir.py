@@ -10,7 +10,6 @@ the episodes it does not have yet, and the complete shard is then written atomic
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 from functools import cached_property
@@ -28,6 +27,7 @@ from handoff.records import (
     write_shard,
 )
 from handoff.rundir import RunPaths
+from handoff.sweep.failures import FailedShard, ShardFailure
 from handoff.sweep.plan import Shard
 
 
@@ -81,7 +81,7 @@ class SweepRun(RunPaths):
         except (CorruptShard, ValidationError, ValueError) as exc:
             reason = str(exc)
         path.rename(path.with_name(f"{path.name}.corrupt-{int(time.time())}"))
-        self.write_failed(shard.id, f"corrupt shard moved aside: {reason}", 0)
+        self.write_failed(shard.id, f"corrupt shard moved aside: {reason}", 0, ShardFailure.CORRUPT)
         return False
 
     def write_done(self, shard: Shard, records: dict[tuple, EpisodeRecord]) -> None:
@@ -112,6 +112,9 @@ class SweepRun(RunPaths):
             f.flush()
             os.fsync(f.fileno())
 
-    def write_failed(self, shard_id: str, error: str, attempts: int) -> None:
-        body = {"shard_id": shard_id, "attempts": attempts, "error": error, "time": time.time()}
-        write_atomic(self.failed_path(shard_id), json.dumps(body, indent=1) + "\n")
+    def write_failed(self, shard_id: str, error: str, attempts: int, kind: ShardFailure) -> None:
+        record = FailedShard(shard_id=shard_id, kind=kind, attempts=attempts, error=error)
+        write_atomic(self.failed_path(shard_id), record.model_dump_json(indent=1) + "\n")
+
+    def read_failed(self, shard_id: str) -> FailedShard:
+        return FailedShard.model_validate_json(self.failed_path(shard_id).read_text())

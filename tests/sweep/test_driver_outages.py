@@ -11,6 +11,7 @@ import handoff  # noqa: F401
 from handoff.sweep import driver as driver_module
 from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver, Inflight
+from handoff.sweep.failures import Place
 from handoff.sweep.run import compose
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.worker import EngineRef
@@ -44,6 +45,7 @@ def world(tmp_path, monkeypatch):
     d.workers = [Actor("w")]
     states, clock = {"a": "ALIVE", "b": "ALIVE", "w": "ALIVE"}, [1000.0]
     monkeypatch.setattr(driver_module, "actor_state", lambda handle: states[handle._actor_id])
+    monkeypatch.setattr(driver_module, "actor_place", lambda handle: Place(states[handle._actor_id]))
     monkeypatch.setattr(driver_module.time, "monotonic", lambda: clock[0])
 
     def at(t: float, **now):
@@ -74,10 +76,10 @@ def test_a_stranded_outage_neither_suspends_nor_credits_the_other_slots_episode_
     time is credited back only after a pause."""
     d, at, inflight = world
     at(0, b="RESTARTING")
-    assert d.pause is None  # _dispatch checks episode timeouts while nothing pauses
+    assert not d.clocks.paused  # _dispatch checks episode timeouts while nothing pauses
     at(50, b="ALIVE")
     assert inflight["ref"].started == 1000.0
     at(60, w="RESTARTING")
-    assert d.pause is not None
+    assert d.clocks.paused
     at(80, w="ALIVE")
-    assert d.pause is None and inflight["ref"].started == 1020.0
+    assert not d.clocks.paused and inflight["ref"].started == 1020.0

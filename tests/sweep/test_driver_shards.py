@@ -10,6 +10,7 @@ import handoff  # noqa: F401
 from handoff.records import EpisodeRecord, read_shard
 from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver
+from handoff.sweep.failures import ShardFailure
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.run import compose
 from handoff.sweep.rundir import SweepRun
@@ -56,10 +57,12 @@ def test_a_shard_left_neither_complete_nor_failed_fails_as_an_internal_error(tmp
     d, bar = _driver(tmp_path, [_shard("twice", "0", "0"), _shard("done", "1"), _shard("failed", "2")]), Bar()
     for sid, task_id in (("twice", "0"), ("twice", "0"), ("done", "1")):
         d._record(d.states[sid], _record(task_id), bar)
-    d._give_up(d.states["failed"], "scripted failure")
+    d._give_up(d.states["failed"], "scripted failure", ShardFailure.EPISODE)
     d._fail_unaccounted(list(d.todo.values()))
     summary = d.summary()
     assert summary.shards_done == ["done"] and summary.shards_failed == ["failed", "twice"]
-    error = json.loads(d.run.failed_path("twice").read_text())["error"]
-    assert error.startswith("internal error:") and "(1 of its 2 episodes recorded)" in error, error
-    assert json.loads(d.run.failed_path("failed").read_text())["error"] == "scripted failure"
+    twice = d.run.read_failed("twice")  # typed records, with their kind
+    assert twice.kind is ShardFailure.INTERNAL and twice.error.startswith("internal error:")
+    assert "(1 of its 2 episodes recorded)" in twice.error, twice.error
+    failed = json.loads(d.run.failed_path("failed").read_text())  # still plain JSON to its readers
+    assert failed["error"] == "scripted failure" and failed["kind"] == "episode" and failed["shard_id"] == "failed"

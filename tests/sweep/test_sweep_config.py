@@ -247,7 +247,8 @@ def test_corrupt_shard_is_moved_aside_not_deleted(tmp_path):
     path.write_bytes(path.read_bytes()[:-10])
     assert not run.is_done(shard)
     assert not path.exists() and len(list(run.shards_dir.glob("s.jsonl.corrupt-*"))) == 1
-    assert "checksum" in json.loads((run.failed_dir / "s.json").read_text())["error"]
+    failed = json.loads((run.failed_dir / "s.json").read_text())
+    assert "checksum" in failed["error"] and failed["kind"] == "corrupt"
 
 
 def test_sessions_stick_to_one_replica():

@@ -258,6 +258,7 @@ def test_the_driver_shows_a_failed_shards_traceback_once_per_error(tmp_path):
 
     from handoff.sweep.config import checkpoints, validate
     from handoff.sweep.driver import Driver, ShardState
+    from handoff.sweep.failures import ShardFailure
     from handoff.sweep.run import compose
     from handoff.sweep.rundir import SweepRun
 
@@ -265,9 +266,9 @@ def test_the_driver_shows_a_failed_shards_traceback_once_per_error(tmp_path):
     d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False)
     d.bar.stream = stream = io.StringIO()
     for i, request in enumerate(["30e82deb30ac", "77aa01bc99de", "0123456789ab"]):  # each request its own id
-        d._give_up(ShardState(SimpleNamespace(id=f"ck__retail__t0__000{i}"), {}), ray_error(request))
-    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0009"), {}), "TimeoutError: episode took too long")
-    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0010"), {}), "\x1b[36m\x1b[39m")
+        d._give_up(ShardState(SimpleNamespace(id=f"ck__retail__t0__000{i}"), {}), ray_error(request), ShardFailure.EPISODE)
+    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0009"), {}), "TimeoutError: episode took too long", ShardFailure.EPISODE)
+    d._give_up(ShardState(SimpleNamespace(id="ck__retail__t0__0010"), {}), "\x1b[36m\x1b[39m", ShardFailure.EPISODE)
     out = stream.getvalue()
     assert out.count("Traceback (most recent call last), in ray::EngineHost.generate()") == 1 and "\x1b[" not in out
     assert out.count("failed: RuntimeError: scripted failure for user/ck/retail/5/0/") == 3

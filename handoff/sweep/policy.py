@@ -1,0 +1,142 @@
+"""The sweep's failure policy and outage clocks, without Ray (the driver feeds them what Ray says).
+
+- `FailurePolicy`: what a failed episode costs (failures.classify and the worker deaths' verdicts),
+  the attempts of each shard, and the poison rule: an episode whose worker died under it
+  SUSPECT_DEATHS times on a healthy node runs on a worker of its own, where each death costs an attempt.
+- `OutageClocks`: how long dispatch has been paused (the user simulator's engines, every agent engine
+  set or every worker down) and how long some checkpoints have been stranded (queued episodes no
+  engine alive can take while the other slots go on); each expires after engine.load_timeout_s of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+
+from handoff.sweep.failures import Fault, WorkerDeaths, classify
+
+
+class Cost(str, Enum):
+    """What one failed episode costs its shard."""
+
+    ATTEMPT = "attempt"  # the episode's own doing
+    NOTHING = "nothing"  # infrastructure: resubmitted for free
+    HELD = "held"  # its worker died: held until its node's verdict (FailurePolicy.judge)
+
+
+class FailurePolicy:
+    SUSPECT_DEATHS = 2  # an episode whose worker died under it this often (on a healthy node) runs alone
+
+    def __init__(self, max_attempts: int):
+        self.max_attempts = max_attempts
+        self.deaths = WorkerDeaths()  # worker deaths awaiting their node's verdict
+        self.worker_deaths: Counter = Counter()  # (shard id, episode key): deaths under it on a healthy node
+        self.alone: set[int] = set()  # workers running a suspect episode and nothing else
+        self.failures = 0  # episode failures charged
+        self.lost = 0  # episodes resubmitted for free
+
+    def reset(self) -> None:
+        """A new dispatch: no worker is kept for a suspect and no death awaits a verdict (what an earlier
+        one left, when it ended early with its shards failed, is not waited for)."""
+        self.alone = set()
+        self.deaths = WorkerDeaths()
+
+    def worker_for(self, key: tuple, workers: list[int], load: list[int]) -> int | None:
+        """The least loaded of `workers` not kept for a suspect; for a suspect an idle one, kept for it
+        alone from now on, or None while there is none. `key`: (shard id, episode key)."""
+        free = [w for w in workers if w not in self.alone]
+        if self.worker_deaths[key] < self.SUSPECT_DEATHS:
+            return min(free, key=load.__getitem__) if free else None
+        idle = next((w for w in free if load[w] == 0), None)
+        if idle is not None:
+            self.alone.add(idle)
+        return idle
+
+    def release(self, worker: int, alone: bool) -> None:
+        """An episode dispatched to `worker` (alone: kept for it) ended."""
+        if alone:
+            self.alone.discard(worker)
+
+    def cost(self, item, exc: BaseException, now: float) -> Cost:
+        """What the failure of `item` (the driver's Inflight) with `exc` costs; a worker's death holds it."""
+        fault = classify(exc)
+        if fault.of_worker:
+            self.deaths.died(item.worker, fault, item.place, item, now, exc)
+            return Cost.HELD
+        if fault is Fault.INFRASTRUCTURE:
+            self.lost += 1
+            return Cost.NOTHING
+        return Cost.ATTEMPT
+
+    def judge(self, places: dict, nodes_alive: set[str], now: float) -> list[tuple[object, Cost, BaseException]]:
+        """The held episodes decided now, each with its cost and the death's error: a death on a
+        healthy node counts against each episode it took down, and costs an attempt to one that ran
+        alone; a death whose node is lost costs nothing."""
+        out = []
+        for death, own in self.deaths.verdicts(places, nodes_alive, now):
+            for item in death.items:
+                if own:
+                    self.worker_deaths[self.key(item)] += 1
+                cost = Cost.ATTEMPT if own and item.alone else Cost.NOTHING
+                self.lost += cost is Cost.NOTHING
+                out.append((item, cost, death.error))
+        return out
+
+    def charge(self, st, attempt: int) -> bool:
+        """Charge shard state `st` (attempt, and whether it failed) for a failure of an episode
+        dispatched under `attempt`: the first failure of an attempt ends it. Returns whether the
+        shard's attempts are spent."""
+        self.failures += 1
+        if attempt == st.attempt:
+            st.attempt += 1
+        return st.attempt > self.max_attempts
+
+    def deaths_under(self, item) -> int:
+        return self.worker_deaths[self.key(item)]
+
+    @staticmethod
+    def key(item) -> tuple:
+        return item.state.shard.id, item.episode.key
+
+
+@dataclass
+class Tick:
+    """What the clocks say after a look at the cluster."""
+
+    credit_s: float = 0.0  # a pause ended now: its length, credited back to the episodes in flight
+    pause_expired: bool = False  # paused past the timeout: every remaining shard fails
+    strand_expired: bool = False  # the stranded checkpoints' shards fail
+
+
+class OutageClocks:
+    """Two clocks: a pause (nothing dispatched; in-flight episodes' time is credited back at its end) and
+    stranded checkpoints (the other slots go on, their episodes' time runs as usual). A pause keeps the
+    stranded clock running (both are unavailable); each expires past `timeout_s` of its own."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.pause: float | None = None  # when each began (None: none now)
+        self.strand: float | None = None
+
+    def tick(self, now: float, pausing: bool, stranded: bool) -> Tick:
+        tick = Tick()
+        if self.pause is None and pausing:
+            self.pause = now
+        elif self.pause is not None and not pausing:
+            tick.credit_s, self.pause = now - self.pause, None
+        if not pausing:
+            self.strand = (now if self.strand is None else self.strand) if stranded else None
+        if self.pause is not None and now - self.pause > self.timeout_s:
+            tick.pause_expired, self.pause = True, None
+        if not pausing and self.strand is not None and now - self.strand > self.timeout_s:
+            tick.strand_expired, self.strand = True, None
+        return tick
+
+    def reset(self) -> None:
+        """Every remaining shard failed: no outage is timed any more."""
+        self.pause = self.strand = None
+
+    @property
+    def paused(self) -> bool:
+        return self.pause is not None
