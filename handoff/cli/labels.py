@@ -19,7 +19,7 @@ def _bool(text: str) -> bool:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from handoff.tasks.derive import KINDS as DERIVED_KINDS
+    from handoff.tasks.build.derive import KINDS as DERIVED_KINDS
     from handoff.tasks.upstream import DOMAINS
 
     parser = sub.add_parser(
@@ -66,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.cli import UsageError
+    from handoff.tasks.build.manifests import build, check, review, set_override
     from handoff.tasks.labels import ManifestError
-    from handoff.tasks.manifests import build, check, review, set_override
 
     try:
         if args.action == "build":
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _golds(root: Path | None) -> int:
-    from handoff.tasks import gold_policy
-    from handoff.tasks.manifests import derived_tasks, gold_problems
+    from handoff.tasks.build import gold_policy
+    from handoff.tasks.build.manifests import derived_tasks, gold_problems
     from handoff.tasks.upstream import DOMAINS, has_gold_transfer, upstream_tasks
 
     for domain in DOMAINS:

@@ -11,9 +11,9 @@ from functools import cache
 from pathlib import Path
 
 from handoff.tasks import paths
-from handoff.tasks.derive import KINDS as DERIVED_KINDS
-from handoff.tasks.derive import parse_derived_id
-from handoff.tasks.manifests import manifest_hashes, split_of, tasks_sha256
+from handoff.tasks.build.derive import KINDS as DERIVED_KINDS
+from handoff.tasks.build.derive import parse_derived_id
+from handoff.tasks.build.manifests import manifest_hashes, split_of, tasks_sha256
 from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_tasks
 
 KINDS = ("upstream", *DERIVED_KINDS)

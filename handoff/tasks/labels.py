@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_v
 from handoff.errors import HandoffError
 from handoff.rules.label import OVERRIDE_PREFIX, Label
 from handoff.tasks import paths
-from handoff.tasks.derive import parse_derived_id
+from handoff.tasks.build.derive import parse_derived_id
 from handoff.tasks.upstream import DOMAINS, has_gold_transfer
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from handoff.cli import main as cli_main
 from handoff.tasks import load_tasks, paths
+from handoff.tasks.build.manifests import check, manifest_hashes
 from handoff.tasks.labels import load_labels
-from handoff.tasks.manifests import check, manifest_hashes
 
 ROOT = paths.REPO_ROOT
 

@@ -28,7 +28,8 @@ from handoff.tasks import (
     paths,
     split_of,
 )
-from handoff.tasks.derive import (
+from handoff.tasks.build.catalog import CATALOG
+from handoff.tasks.build.derive import (
     ASKS_FOR_HUMAN,
     COUNTS,
     KINDS,
@@ -36,6 +37,7 @@ from handoff.tasks.derive import (
     scenarios,
     strip_persona_lines,
 )
+from handoff.tasks.build.manifests import check, render
 from handoff.tasks.labels import (
     ManifestError,
     Override,
@@ -43,8 +45,6 @@ from handoff.tasks.labels import (
     load_labels,
     read_overrides,
 )
-from handoff.tasks.manifests import check, render
-from handoff.tasks.out_of_scope import CATALOG
 from handoff.tasks.upstream import (
     TRANSFER_TOOL,
     has_gold_transfer,

@@ -14,9 +14,10 @@ import importlib.util
 import json
 from pathlib import Path
 
-from handoff.tasks import behaviour, gold_policy, paths
-from handoff.tasks.catalog_doc import render_catalog
-from handoff.tasks.derive import KINDS, build_kind, parse_derived_id
+from handoff.tasks import paths
+from handoff.tasks.build import behaviour, gold_policy
+from handoff.tasks.build.catalog_doc import render_catalog
+from handoff.tasks.build.derive import KINDS, build_kind, parse_derived_id
 from handoff.tasks.labels import (
     ManifestError,
     Override,
@@ -53,7 +54,7 @@ def split_of(domain: str, task_id: str) -> str:
 
 
 def derived_tasks() -> dict[tuple[str, str], list]:
-    """(domain, kind) -> the derived tasks, freshly built (and checked, handoff.tasks.audit)."""
+    """(domain, kind) -> the derived tasks, freshly built (and checked, handoff.tasks.build.audit)."""
     return {(d, k): build_kind(d, k) for d in DOMAINS for k in KINDS}
 
 
@@ -138,7 +139,7 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
 
 
 def gold_problems(root: Path, derived: dict) -> list[str]:
-    """What the gold checker flags and nothing handles (handoff.tasks.gold_policy.problems), with root's
+    """What the gold checker flags and nothing handles (handoff.tasks.build.gold_policy.problems), with root's
     overrides."""
     tasks = {d: {t.id for t in upstream_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
              for d in DOMAINS}
@@ -344,10 +345,10 @@ def manifest_hashes(root: Path | None = None) -> dict:
 
 def review(out: Path, domains: list[str] | None = None, kinds: list[str] | None = None,
            root: Path | None = None) -> list[Path]:
-    """Write the hand-check pages (handoff.tasks.review) of the committed tasks and labels into `out`."""
+    """Write the hand-check pages (handoff.tasks.build.review) of the committed tasks and labels into `out`."""
     from handoff.tasks import load_tasks
+    from handoff.tasks.build.review import domain_markdown, write_review
     from handoff.tasks.labels import load_labels
-    from handoff.tasks.review import domain_markdown, write_review
 
     root = Path(root or paths.REPO_ROOT)
     labels, scores = load_labels(root), read_behaviour(root)

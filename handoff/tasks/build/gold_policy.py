@@ -454,7 +454,7 @@ def parse_clauses(doc: dict) -> dict[str, tuple[Clause, ...]]:
             _cited(domain, entry, where)
             name = entry.get("check", clause_id)
             if name not in CHECKS:
-                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.gold_policy")
+                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.build.gold_policy")
             if entry.get("instead") not in INSTEAD:
                 raise ClauseError(f"{where}: instead must be one of {', '.join(INSTEAD)}")
             used.add(name)
@@ -564,7 +564,7 @@ def unreachable_golds() -> set[tuple[str, str]]:
 
 def _complies_as_parent(domain: str, task) -> bool:
     """A derived task whose gold is its parent's, hand-checked as complying (same findings)."""
-    from handoff.tasks.derive import parse_derived_id
+    from handoff.tasks.build.derive import parse_derived_id
     from handoff.tasks.upstream import upstream_tasks
 
     parent = next(t for t in upstream_tasks(domain) if t.id == parse_derived_id(task.id).parent_id)

@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from handoff.tasks.derive import parse_derived_id
+from handoff.tasks.build.derive import parse_derived_id
 
 STYLE = (
     "body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em;line-height:1.4}"

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import NamedTuple
 
-from handoff.tasks.gold_policy import TAKEN_OFF
+from handoff.tasks.build.gold_policy import TAKEN_OFF
 from handoff.tasks.upstream import raw_db
 
 TODAY = "2024-05-15"  # airline policy: "The current time is 2024-05-15 15:00:00 EST."
@@ -440,8 +440,8 @@ def _airline_premises(task, traveller: bool = False) -> list[str]:
 
 
 def _traveller_request(task) -> bool:
-    from handoff.tasks.derive import parse_derived_id
-    from handoff.tasks.out_of_scope import CATALOG
+    from handoff.tasks.build.catalog import CATALOG
+    from handoff.tasks.build.derive import parse_derived_id
 
     ref = parse_derived_id(task.id)
     return bool(ref and ref.kind == "out_of_scope"
@@ -461,7 +461,7 @@ def premise_problems(domain: str, task, product_classes: dict[str, set[str]]) ->
 
 def audit(domain: str, kind: str, tasks: list, parents: dict, product_classes: dict[str, set[str]]) -> list[Finding]:
     """Findings for the derived tasks of one kind; `parents` maps parent id -> upstream task."""
-    from handoff.tasks.derive import parse_derived_id
+    from handoff.tasks.build.derive import parse_derived_id
 
     findings = []
     for task in tasks:

@@ -13,7 +13,8 @@ from functools import cache
 
 import yaml
 
-from handoff.tasks import audit, gold_policy, out_of_scope, paths
+from handoff.tasks import paths
+from handoff.tasks.build import audit, catalog, gold_policy
 from handoff.tasks.upstream import (
     SPLITS,
     TRANSFER_TOOL,
@@ -26,7 +27,7 @@ from handoff.tasks.upstream import (
 
 KINDS = ("explicit_request", "out_of_scope", "hard_negative")
 # Tasks per derived kind. Airline has 18 hard-negative parents (solvable, no transfer, a gold that changes the
-# database and follows the policy, handoff.tasks.gold_policy): all of them are used.
+# database and follows the policy, handoff.tasks.build.gold_policy): all of them are used.
 COUNTS = {
     "airline": {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 18},
     "retail": {"explicit_request": 36, "out_of_scope": 36, "hard_negative": 36},
@@ -253,7 +254,7 @@ def gold_changes_db(domain: str, task) -> bool:
 
 def hard_negative_candidates(domain: str) -> list:
     """Solvable parents: a reference solution that contains no transfer, changes the database (so that tau2's
-    DB check fails an agent that transfers instead) and follows the policy (handoff.tasks.gold_policy)."""
+    DB check fails an agent that transfers instead) and follows the policy (handoff.tasks.build.gold_policy)."""
     writes = write_tools(domain)
     return [
         t for t in upstream_tasks(domain)
@@ -299,7 +300,7 @@ def _flown(reservation: dict) -> list[tuple[str, str]]:
     )
 
 
-def _airline_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
+def _airline_fields(user: dict, request: catalog.OutOfScopeRequest) -> dict:
     """Facts of the user's db record: the earliest upcoming reservation (by first flight date, then id),
     the earliest landed flight, and the earliest landed flight of a reservation with checked bags; for a
     request about who flies, only reservations the user is a passenger of."""
@@ -365,7 +366,7 @@ def _item_fields(item: dict, item_class: str | None) -> dict | None:
     return fields
 
 
-def _retail_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
+def _retail_fields(user: dict, request: catalog.OutOfScopeRequest) -> dict:
     """Facts of the user's db record; the order and item are the first delivered ones (by order id, then
     position in the order) that fit the request's class of product."""
     fields = {
@@ -383,18 +384,18 @@ def _retail_fields(user: dict, request: out_of_scope.OutOfScopeRequest) -> dict:
     return fields
 
 
-def _wordings(domain: str, request: out_of_scope.OutOfScopeRequest) -> list[str]:
+def _wordings(domain: str, request: catalog.OutOfScopeRequest) -> list[str]:
     wordings = scenarios(domain)["out_of_scope"]["requests"].get(request.id)
     if not wordings:
         raise ValueError(f"{paths.scenario_file(domain)}: out_of_scope.requests has no wording for {request.id!r}")
     return wordings
 
 
-def _fields(domain: str, user_id: str, request: out_of_scope.OutOfScopeRequest) -> dict | None:
+def _fields(domain: str, user_id: str, request: catalog.OutOfScopeRequest) -> dict | None:
     """The user's facts for the request, or None when they cannot ground every wording of it."""
     user = raw_db(domain)["users"][user_id]
     fields = _airline_fields(user, request) if domain == "airline" else _retail_fields(user, request)
-    fits = all(out_of_scope.placeholders(w) <= fields.keys() for w in _wordings(domain, request))
+    fits = all(catalog.placeholders(w) <= fields.keys() for w in _wordings(domain, request))
     return fields if fits else None
 
 
@@ -402,12 +403,12 @@ def _assign_requests(domain: str, parents: list, users: dict) -> list[tuple]:
     """Give each parent the least used catalog request its user's data can ground, avoiding a request its
     user already makes in another task (ties: catalog order); returns (parent, request, fields, how often
     the request was used before)."""
-    uses = {request.id: 0 for request in out_of_scope.CATALOG[domain]}
+    uses = {request.id: 0 for request in catalog.CATALOG[domain]}
     made: set[tuple[str, str]] = set()  # (user, request) pairs already used
     chosen = []
     for parent in parents:
         user = users[parent.id]
-        grounded = [(r, f) for r in out_of_scope.CATALOG[domain] if (f := _fields(domain, user, r))]
+        grounded = [(r, f) for r in catalog.CATALOG[domain] if (f := _fields(domain, user, r))]
         if not grounded:
             raise ValueError(f"{domain}/{parent.id}: no out-of-scope request fits the user's data")
         request, fields = min(grounded, key=lambda pair: ((user, pair[0].id) in made, uses[pair[0].id]))
@@ -417,7 +418,7 @@ def _assign_requests(domain: str, parents: list, users: dict) -> list[tuple]:
     return chosen
 
 
-def _out_of_scope(domain: str, parent, request: out_of_scope.OutOfScopeRequest, fields: dict, j: int, i: int):
+def _out_of_scope(domain: str, parent, request: catalog.OutOfScopeRequest, fields: dict, j: int, i: int):
     from tau2.data_model.tasks import StructuredUserInstructions, Task, UserScenario
 
     reason = _pick(_wordings(domain, request), j).format(**fields)
@@ -479,7 +480,7 @@ def _build(domain: str, kind: str) -> list:
 
 def build_kind(domain: str, kind: str) -> list:
     """The derived tasks of one kind, ordered by parent id; ValueError if any fails the annotator's checks
-    (handoff.tasks.audit)."""
+    (handoff.tasks.build.audit)."""
     tasks = _sorted(_build(domain, kind))
     parents = {t.id: t for t in upstream_tasks(domain)}
     findings = audit.audit(domain, kind, tasks, parents, product_classes())
