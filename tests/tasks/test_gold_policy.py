@@ -13,9 +13,10 @@ from tau2.data_model.tasks import Action
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.tasks import DOMAINS, get_task, load_tasks, parse_derived_id, paths
 from handoff.tasks.build import gold_policy as gp
-from handoff.tasks.build.derive import hard_negative_candidates
+from handoff.tasks.build.kinds.hard_negative import hard_negative_candidates
+from handoff.tasks.build.labelling import read_overrides
 from handoff.tasks.build.manifests import derived_tasks, gold_problems
-from handoff.tasks.labels import load_labels, read_overrides
+from handoff.tasks.labels import load_labels
 from handoff.tasks.upstream import upstream_tasks
 
 ROOT = paths.REPO_ROOT

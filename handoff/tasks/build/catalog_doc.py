@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from handoff.tasks.build.catalog import CATALOG
-from handoff.tasks.build.derive import parse_derived_id, scenarios
+from handoff.tasks.build.derive import scenarios
+from handoff.tasks.ids import parse_derived_id
 
 HEADER = """# Out-of-scope catalog
 
