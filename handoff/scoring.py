@@ -67,7 +67,7 @@ class Scorer:
         """Changes whenever cached scores would: other weights, labels, task content, rules source,
         handoff version, or tau2's version and the tau2 source the rules score with (tau2_sha256)."""
         from handoff import __version__
-        from handoff.tasks.manifests import tasks_sha256
+        from handoff.tasks.hashes import tasks_sha256
 
         parts = {"weights": self.weights.model_dump(mode="json"), "handoff": __version__,
                  "labels": labels_sha256(), "tasks": tasks_sha256(), "rules": rules_sha256(), "tau2": tau2_sha256()}

@@ -19,7 +19,7 @@ def _bool(text: str) -> bool:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from handoff.tasks.derive import KINDS as DERIVED_KINDS
+    from handoff.tasks.ids import KINDS
     from handoff.tasks.upstream import DOMAINS
 
     parser = sub.add_parser(
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     review = actions.add_parser("review", parents=[root], help="write the hand-check pages (Markdown and HTML)")
     review.add_argument("--domain", choices=DOMAINS, action="append", help="a domain (repeatable; default: all)")
-    review.add_argument("--kind", choices=("upstream", *DERIVED_KINDS), action="append",
+    review.add_argument("--kind", choices=KINDS, action="append",
                         help="a task kind (repeatable; default: all)")
     review.add_argument("--out", type=Path, default=DEFAULT_REVIEW_DIR, help=f"default: {DEFAULT_REVIEW_DIR}")
     override = actions.add_parser(
@@ -66,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.cli import UsageError
+    from handoff.tasks.build.manifests import build, check, review, set_override
     from handoff.tasks.labels import ManifestError
-    from handoff.tasks.manifests import build, check, review, set_override
 
     try:
         if args.action == "build":
@@ -95,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _golds(root: Path | None) -> int:
-    from handoff.tasks import gold_policy
-    from handoff.tasks.manifests import derived_tasks, gold_problems
+    from handoff.tasks.build import gold_policy, manifests
     from handoff.tasks.upstream import DOMAINS, has_gold_transfer, upstream_tasks
 
     for domain in DOMAINS:
@@ -110,7 +109,7 @@ def _golds(root: Path | None) -> int:
                   + ("" if entry.get("reachable", True) else ", tau2 reward unreachable"))
             for v in found:
                 print(f"  {v.clause} ({gold_policy.clause(domain, v.clause).cite()}): action {v.step}, {v.message}")
-    problems = gold_problems(Path(root or paths.REPO_ROOT), derived_tasks())
+    problems = manifests.gold_problems(Path(root or paths.REPO_ROOT), manifests.derived_tasks())
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

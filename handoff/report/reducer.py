@@ -194,7 +194,7 @@ def with_reachable_tau2(groups: list[GroupMetrics], episodes: list[ScoredEpisode
     """Each group with tau2's reward and success over the episodes of tasks whose gold a policy-following agent
     can reach: tau2 gives a correct agent 0 on the others. `unreachable`: (domain, task id), by default the golds
     recorded `reachable: false` in data/policy/gold_resolutions.yaml (docs/tasks.md, "Golds against the policy")."""
-    from handoff.tasks.gold_policy import unreachable_golds
+    from handoff.tasks.golds import unreachable_golds
 
     unreachable = unreachable_golds() if unreachable is None else unreachable
     slices = _slices(episodes)

@@ -1,5 +1,7 @@
-"""Task sets: tau2's airline/retail tasks plus the derived explicit_request, out_of_scope and
-hard_negative tasks committed under data/tasks (docs/tasks.md).
+"""Task sets, the read side: tau2's airline/retail tasks plus the derived explicit_request, out_of_scope
+and hard_negative tasks committed under data/tasks, their splits and the hashes a sweep records
+(docs/tasks.md). This is what sweep workers import; labels are in handoff.tasks.labels. Building and
+checking the committed files is handoff.tasks.build's (`handoff labels`), which this side never imports.
 
 Returned Task objects are cached and shared: treat them as read-only (copy before changing one).
 """
@@ -11,17 +13,20 @@ from functools import cache
 from pathlib import Path
 
 from handoff.tasks import paths
-from handoff.tasks.derive import KINDS as DERIVED_KINDS
-from handoff.tasks.derive import parse_derived_id
-from handoff.tasks.manifests import manifest_hashes, split_of, tasks_sha256
-from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_tasks
-
-KINDS = ("upstream", *DERIVED_KINDS)
+from handoff.tasks.hashes import manifest_hashes, tasks_sha256
+from handoff.tasks.ids import DERIVED_KINDS, KINDS, parse_derived_id
+from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_splits, upstream_tasks
 
 __all__ = [
     "DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of",
     "tasks_sha256",
 ]
+
+
+def split_of(domain: str, task_id: str) -> str:
+    """A task's split: tau2's for upstream tasks, the parent's for derived ones."""
+    ref = parse_derived_id(task_id)
+    return upstream_splits(domain)[ref.parent_id if ref else task_id]
 
 
 @cache

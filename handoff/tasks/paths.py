@@ -14,6 +14,8 @@ CATALOG_DOC = Path("docs/out_of_scope.md")
 SCENARIOS_DIR = Path("data/scenarios")
 PRODUCT_CLASSES_FILE = SCENARIOS_DIR / "retail_products.yaml"
 BEHAVIOUR_FILE = Path("data/manifests/behaviour_v1.json")
+POLICY_CLAUSES_FILE = Path("data/policy/clauses.yaml")
+GOLD_RESOLUTIONS_FILE = Path("data/policy/gold_resolutions.yaml")
 
 
 def task_file(domain: str, kind: str) -> Path:
@@ -26,5 +28,3 @@ def scenario_file(domain: str) -> Path:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-POLICY_CLAUSES_FILE = Path("data/policy/clauses.yaml")
-GOLD_RESOLUTIONS_FILE = Path("data/policy/gold_resolutions.yaml")

@@ -1,5 +1,5 @@
 """Fixtures that bench/ and tests/ share, two of them also build steps. A sweep never imports them;
-`handoff labels build` does (`replay`, for the behaviour baselines: handoff.tasks.behaviour), and so
+`handoff labels build` does (`replay`, for the behaviour baselines: handoff.tasks.build.behaviour), and so
 does the tiny model's build (`tiny`: handoff.engine.models).
 
 - `synthetic`: run directories of synthetic episodes (real tau2 messages) for reducer, report and

@@ -114,14 +114,14 @@ def test_not_a_run_directory(tmp_path):
 def test_score_cache_key_covers_task_content_and_rules_source(monkeypatch):
     """Changing a task or a rule must invalidate cached scores (the reducer keys its cache on this)."""
     from handoff import scoring
-    from handoff.tasks import manifests
+    from handoff.tasks import hashes
 
     def key() -> str:
         return scoring.Scorer("default").fingerprint
 
     before = key()
     assert key() == before  # stable while nothing changes
-    monkeypatch.setattr(manifests, "tasks_sha256", lambda: "other tasks")
+    monkeypatch.setattr(hashes, "tasks_sha256", lambda: "other tasks")
     with_other_tasks = key()
     monkeypatch.setattr(scoring, "rules_sha256", lambda: "other rules")
     assert len({before, with_other_tasks, key()}) == 3
@@ -130,7 +130,7 @@ def test_score_cache_key_covers_task_content_and_rules_source(monkeypatch):
 def test_tau2_reward_is_also_given_without_tasks_whose_gold_is_unreachable(run):
     """Issue 32: the sample holds airline 9, whose gold cancels a flown reservation (recorded unreachable)."""
     from handoff.report.reducer import compute_groups, with_reachable_tau2
-    from handoff.tasks.gold_policy import unreachable_golds
+    from handoff.tasks.golds import unreachable_golds
 
     reduction = reduce_run(run)
     good = [e.score for e in reduction.episodes if e.model == "good"]

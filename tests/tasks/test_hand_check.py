@@ -7,9 +7,9 @@ import json
 import pytest
 
 from handoff.cli import main as cli_main
-from handoff.tasks import load_tasks, paths
+from handoff.tasks import load_tasks, manifest_hashes, paths
+from handoff.tasks.build.manifests import check
 from handoff.tasks.labels import load_labels
-from handoff.tasks.manifests import check, manifest_hashes
 
 ROOT = paths.REPO_ROOT
 
@@ -89,17 +89,17 @@ def test_override_needs_a_reason_and_a_boolean(repo_copy, capsys):
 
 
 def test_tasks_sha256_covers_derived_and_upstream_tasks(repo_copy, tmp_path, monkeypatch):
-    from handoff.tasks import manifests, tasks_sha256
+    from handoff.tasks import hashes, tasks_sha256
 
     before = tasks_sha256(repo_copy)
     assert manifest_hashes(repo_copy)["tasks_sha256"] == before == tasks_sha256(ROOT)
     task_file = repo_copy / paths.task_file("airline", "out_of_scope")
     task_file.write_text(task_file.read_text().replace("airline", "airline ", 1))
     assert tasks_sha256(repo_copy) != before
-    upstream = [(name, tmp_path / name.replace("/", "_")) for name, _ in manifests._upstream_task_files()]
-    for (_, source), (_, copy) in zip(manifests._upstream_task_files(), upstream):
+    upstream = [(name, tmp_path / name.replace("/", "_")) for name, _ in hashes._upstream_task_files()]
+    for (_, source), (_, copy) in zip(hashes._upstream_task_files(), upstream):
         copy.write_bytes(source.read_bytes())
-    monkeypatch.setattr(manifests, "_upstream_task_files", lambda: upstream)
+    monkeypatch.setattr(hashes, "_upstream_task_files", lambda: upstream)
     edited = tasks_sha256(repo_copy)
     upstream[1][1].write_text(upstream[1][1].read_text().replace('"id"', '"id" ', 1))
     assert tasks_sha256(repo_copy) != edited

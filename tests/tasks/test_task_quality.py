@@ -1,4 +1,4 @@
-"""What a careful annotator checks in the derived tasks (handoff.tasks.audit), each defect class by its
+"""What a careful annotator checks in the derived tasks (handoff.tasks.build.audit), each defect class by its
 general form; variety; and the behavioural proof with tau2's own evaluator (the behaviour record)."""
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ import pytest
 
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.tasks import DOMAINS, load_tasks, parse_derived_id, paths
-from handoff.tasks import audit as checks
-from handoff.tasks.behaviour import AGENTS, EXPECTED, run_parallel, task_sha256
-from handoff.tasks.derive import KINDS, product_classes
-from handoff.tasks.manifests import behaviour_problems, derived_tasks, read_behaviour
+from handoff.tasks.build import audit as checks
+from handoff.tasks.build import kinds
+from handoff.tasks.build.behaviour import AGENTS, run_parallel, task_sha256
+from handoff.tasks.build.derive import product_classes
+from handoff.tasks.build.manifests import behaviour_problems, derived_tasks, read_behaviour
+from handoff.tasks.domains.airline import TODAY
+from handoff.tasks.ids import DERIVED_KINDS as KINDS
 from handoff.tasks.upstream import raw_db, upstream_tasks
 
 ROOT = paths.REPO_ROOT
@@ -30,7 +33,7 @@ def with_text(task, **fields):
 
 
 def findings(domain: str, kind: str, task) -> set[str]:
-    return {f.check for f in checks.audit(domain, kind, [task], parents(domain), product_classes())}
+    return {f.check for f in kinds.audit_tasks(domain, kind, [task], parents(domain), product_classes())}
 
 
 # --- the committed tasks pass every check -------------------------------------------------------------------
@@ -40,7 +43,7 @@ def findings(domain: str, kind: str, task) -> set[str]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_committed_tasks_pass_the_annotator_checks(domain, kind):
     tasks = load_tasks(domain, kinds=[kind])
-    assert checks.audit(domain, kind, tasks, parents(domain), product_classes()) == []
+    assert kinds.audit_tasks(domain, kind, tasks, parents(domain), product_classes()) == []
     assert len(tasks) >= {"airline": 18, "retail": 30}[domain]  # airline hard negatives: 18 (issue 32)
 
 
@@ -147,14 +150,14 @@ def test_a_lost_bag_on_a_reservation_without_bags_is_found():
     task = load_tasks("airline", kinds=["out_of_scope"])[0]
 
     def problems(reservation: dict) -> list[str]:
-        flight = next(f for f in reservation["flights"] if f["date"] < checks.TODAY
+        flight = next(f for f in reservation["flights"] if f["date"] < TODAY
                       and db["flights"][f["flight_number"]]["dates"][f["date"]]["status"] == "landed")
         reason = f"Your checked bag did not arrive after flight {flight['flight_number']} on {flight['date']}."
         changed = with_text(task, reason_for_call=reason, known_info=f"Your user id is {reservation['user_id']}.")
         return checks.premise_problems("airline", changed, product_classes())
 
     def flown(r: dict) -> bool:
-        return any(f["date"] < checks.TODAY and db["flights"][f["flight_number"]]["dates"][f["date"]]["status"] ==
+        return any(f["date"] < TODAY and db["flights"][f["flight_number"]]["dates"][f["date"]]["status"] ==
                    "landed" for f in r["flights"])
 
     reservations = sorted(db["reservations"].values(), key=lambda r: r["reservation_id"])
@@ -178,7 +181,8 @@ def test_the_behaviour_record_covers_every_task_and_meets_the_kinds(derived):
         for task in tasks:
             entry = record[domain][task.id]
             assert entry["sha256"] == task_sha256(task)
-            assert {a: entry[a] for a in EXPECTED[kind]} == EXPECTED[kind]
+            expected = kinds.kind(kind).expected
+            assert expected and {a: entry[a] for a in expected} == expected
 
 
 def test_the_record_agrees_with_tau2_on_every_task(derived):
@@ -214,7 +218,7 @@ def test_a_wrong_record_fails_the_check(derived, tmp_path, monkeypatch):
 
 
 def _patched_scenarios(monkeypatch, edit):
-    from handoff.tasks import derive
+    from handoff.tasks.build import derive
 
     original = derive.scenarios
 
@@ -231,10 +235,10 @@ def test_the_build_refuses_a_contradicting_persona_line(monkeypatch):
     def edit(domain, doc):
         doc["hard_negative"]["conduct"]["rude"] = ["You are polite and patient with the agent."]
 
-    derive = _patched_scenarios(monkeypatch, edit)
+    _patched_scenarios(monkeypatch, edit)
     with pytest.raises(ValueError, match="airline/hard_negative: derived tasks fail the checks:\n.*-rude: "
                                          "persona_contradiction"):
-        derive.build_kind("airline", "hard_negative")
+        kinds.build_kind("airline", "hard_negative")
 
 
 def test_the_build_refuses_a_false_premise(monkeypatch):
@@ -242,9 +246,9 @@ def test_the_build_refuses_a_false_premise(monkeypatch):
         doc["out_of_scope"]["requests"]["price_match"] = [
             "The {item} in your delivered order {order_id} is now cheaper on the website; you want the difference."]
 
-    derive = _patched_scenarios(monkeypatch, edit)
+    _patched_scenarios(monkeypatch, edit)
     with pytest.raises(ValueError, match="price_match: false_premise: the .* not cheaper"):
-        derive.build_kind("retail", "out_of_scope")
+        kinds.build_kind("retail", "out_of_scope")
 
 
 # --- issue 23: temperament lines by what they say, added lines against the parent's script, premises of every kind
@@ -286,7 +290,7 @@ def test_an_added_line_that_contradicts_the_parent_script_is_found():
         update={"persona": "You threaten to leave unless the agent fixes this immediately."})})
     assert "script_contradiction" in findings("airline", "hard_negative", threat)
     faulty = next(t for t in load_tasks("airline", kinds=["hard_negative"])  # a parent with something at fault
-                  if checks._FAULT.search(checks._scenario_text(parents("airline")[parse_derived_id(t.id).parent_id])))
+                  if checks._FAULT.search(checks.scenario_text(parents("airline")[parse_derived_id(t.id).parent_id])))
     with_threat = faulty.model_copy(update={"user_scenario": faulty.user_scenario.model_copy(
         update={"persona": threat.user_scenario.persona})})
     assert checks.script_contradictions(with_threat, parents("airline")[parse_derived_id(faulty.id).parent_id]) == []
@@ -330,7 +334,7 @@ def test_retail_products_named_as_the_users_are_checked():
 
 def test_a_scenario_text_cut_short_is_refused(monkeypatch, tmp_path):
     """In YAML an unquoted " #W9300146" starts a comment: the request ended "in order" (retail 44, 105)."""
-    from handoff.tasks import derive
+    from handoff.tasks.build import derive
 
     assert all(". You want a human agent" in t.user_scenario.instructions.reason_for_call
                for t in load_tasks("retail", kinds=["explicit_request"]))

@@ -28,23 +28,14 @@ from handoff.tasks import (
     paths,
     split_of,
 )
-from handoff.tasks.derive import (
-    ASKS_FOR_HUMAN,
-    COUNTS,
-    KINDS,
-    gold_changes_db,
-    scenarios,
-    strip_persona_lines,
-)
-from handoff.tasks.labels import (
-    ManifestError,
-    Override,
-    apply_override,
-    load_labels,
-    read_overrides,
-)
-from handoff.tasks.manifests import check, render
-from handoff.tasks.out_of_scope import CATALOG
+from handoff.tasks.build.catalog import CATALOG
+from handoff.tasks.build.derive import scenarios
+from handoff.tasks.build.kinds.hard_negative import gold_changes_db, strip_persona_lines
+from handoff.tasks.build.labelling import Override, apply_override, read_overrides
+from handoff.tasks.build.manifests import check, render
+from handoff.tasks.domains import facts
+from handoff.tasks.ids import DERIVED_KINDS as KINDS
+from handoff.tasks.labels import ManifestError, load_labels
 from handoff.tasks.upstream import (
     TRANSFER_TOOL,
     has_gold_transfer,
@@ -89,7 +80,7 @@ def test_counts_and_ids(domain):
     assert len(upstream) == {"airline": 50, "retail": 114}[domain]
     for kind in KINDS:
         tasks = load_tasks(domain, kinds=[kind])
-        assert len(tasks) == COUNTS[domain][kind] >= MIN_COUNT[domain]
+        assert len(tasks) == facts(domain).COUNTS[kind] >= MIN_COUNT[domain]
         refs = [parse_derived_id(t.id) for t in tasks]
         assert {r.kind for r in refs} == {kind}
         assert len({r.parent_id for r in refs}) == len(tasks), "a parent is used once per kind"
@@ -97,7 +88,7 @@ def test_counts_and_ids(domain):
             assert task.description.notes == f"kind={kind}; parent={ref.parent_id}; template={ref.template}"
             assert get_task(domain, task.id) is task
     all_ids = [t.id for t in load_tasks(domain)]
-    assert len(all_ids) == len(set(all_ids)) == len(upstream) + sum(COUNTS[domain].values())
+    assert len(all_ids) == len(set(all_ids)) == len(upstream) + sum(facts(domain).COUNTS.values())
     assert parse_derived_id("12") is None
     with pytest.raises(ValueError, match="unknown task kind 'bogus'"):
         load_tasks(domain, kinds=["bogus"])
@@ -105,6 +96,27 @@ def test_counts_and_ids(domain):
         load_tasks("telecom")
     with pytest.raises(KeyError, match="unknown"):
         get_task(domain, "explicit_request-999-insist")
+
+
+def test_every_domain_has_its_facts_and_every_kind_its_module():
+    from handoff.tasks.build.kinds import REGISTRY
+    from handoff.tasks.domains import FACTS
+    from handoff.tasks.ids import KINDS as ALL_KINDS
+
+    assert tuple(FACTS) == DOMAINS and tuple(REGISTRY) == ALL_KINDS
+    assert all(set(f.COUNTS) == set(KINDS) for f in FACTS.values())
+    assert [k for k, kind in REGISTRY.items() if kind.derive is None] == ["upstream"]
+    with pytest.raises(ValueError, match="unknown domain 'telecom'"):
+        facts("telecom")
+
+
+def test_the_policy_clock_is_written_once():
+    """Airline's "now" (policy.md line 3) is handoff.tasks.domains.airline.NOW and nowhere else in the package."""
+    from handoff.tasks.domains import airline
+
+    day = airline.TODAY
+    spelled = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "handoff").rglob("*.py") if day in p.read_text())
+    assert spelled == ["handoff/tasks/domains/airline.py"] and airline.NOW.startswith(day)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -121,7 +133,7 @@ def test_positive_kinds_reference_a_transfer_and_no_write(domain):
 def test_hard_negatives_keep_a_solvable_parent(domain):
     for task in load_tasks(domain, kinds=["hard_negative"]):
         parent = get_task(domain, parse_derived_id(task.id).parent_id)
-        assert not has_gold_transfer(parent) and parent.id not in ASKS_FOR_HUMAN[domain]
+        assert not has_gold_transfer(parent) and parent.id not in facts(domain).ASKS_FOR_HUMAN
         assert any(a.name in write_tools(domain) for a in parent.evaluation_criteria.actions)
         assert task.evaluation_criteria == parent.evaluation_criteria
         assert task.user_scenario.persona in scenarios(domain)["hard_negative"]["personas"][ref_template(task)]
@@ -149,7 +161,7 @@ def test_users_who_ask_for_a_human_never_parent_a_hard_negative(domain):
         if ASKS_FOR_A_HUMAN.search(f"{instructions.reason_for_call} {instructions.task_instructions}".lower()):
             asking.add(task.id)
     gold = {t.id for t in load_tasks(domain, kinds=["upstream"]) if has_gold_transfer(t)}
-    assert asking - gold == set(ASKS_FOR_HUMAN[domain]), "ASKS_FOR_HUMAN is incomplete"
+    assert asking - gold == set(facts(domain).ASKS_FOR_HUMAN), "ASKS_FOR_HUMAN is incomplete"
     assert ASKS_FOR_A_HUMAN.search("if the agent refuses, ask to be transferred")
     assert not ASKS_FOR_A_HUMAN.search("do not ask to be transferred")
     parents = {parse_derived_id(t.id).parent_id for t in load_tasks(domain, kinds=["hard_negative"])}

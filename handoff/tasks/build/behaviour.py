@@ -1,7 +1,8 @@
 """Behavioural proof of every derived task with tau2's own evaluator (`evaluate_simulation`, ALL).
 
 Three scripted agents per task, each a SimulationRun built from real tool results
-(handoff.testing.replay) and scored by tau2:
+(handoff.testing.replay) and scored by tau2; what each must score is its kind's (`Kind.expected`,
+handoff.tasks.build.kinds):
 
 - `gold`: the task's reference actions, then its communicate_info: must score 1;
 - `nothing`: no tool call at all: must score 0 on explicit_request and out_of_scope;
@@ -33,11 +34,6 @@ DESCRIPTIONS = {
     "nothing": f"no tool call; says {FINAL_WORDS['nothing']!r}",
     "transfer_only": f"one transfer_to_human_agents call; says {FINAL_WORDS['transfer_only']!r}",
 }
-EXPECTED = {
-    "explicit_request": {"gold": 1.0, "nothing": 0.0, "transfer_only": 1.0},
-    "out_of_scope": {"gold": 1.0, "nothing": 0.0, "transfer_only": 1.0},
-    "hard_negative": {"gold": 1.0, "transfer_only": 0.0},
-}
 
 
 def task_sha256(task) -> str:
@@ -50,12 +46,6 @@ def _transfer_action():
     from tau2.data_model.tasks import Action
 
     return Action(action_id="transfer", name=TRANSFER_TOOL, arguments={"summary": "The user needs a human agent."})
-
-
-def agents_for(kind: str) -> tuple[str, ...]:
-    """The agents run on a task of this kind: upstream tasks only get the transfer-only agent (docs/tasks.md
-    reports how many of them it passes)."""
-    return ("transfer_only",) if kind == "upstream" else AGENTS
 
 
 def rewards(domain: str, task, agents: tuple[str, ...] = AGENTS, fast: bool = False) -> dict[str, float]:
@@ -108,9 +98,9 @@ def run_parallel(items: list[tuple], workers: int | None = None, fast: bool = Fa
     return out
 
 
-def failures(kind: str, scores: dict[str, float]) -> list[str]:
-    """The agents whose score differs from what the kind requires."""
-    return [f"{agent} scored {scores[agent]}, expected {want}" for agent, want in EXPECTED[kind].items()
+def failures(expected: dict[str, float], scores: dict[str, float]) -> list[str]:
+    """The agents whose score differs from what is expected of them (a kind's `expected`)."""
+    return [f"{agent} scored {scores[agent]}, expected {want}" for agent, want in expected.items()
             if scores.get(agent) != want]
 
 

@@ -20,10 +20,15 @@ from typing import Callable, NamedTuple
 import yaml
 
 from handoff.tasks import paths
-from handoff.tasks.upstream import domain_data_dir
+from handoff.tasks.domains import facts
+from handoff.tasks.domains.airline import TAKEN_OFF
+from handoff.tasks.golds import resolutions, unreachable_golds
+from handoff.tasks.ids import parse_derived_id
+from handoff.tasks.upstream import domain_data_dir, has_gold_transfer, upstream_tasks
+
+__all__ = ["resolutions", "unreachable_golds"]  # the read side's (handoff.tasks.golds), used here too
 
 INSTEAD = ("transfer", "deny")
-TAKEN_OFF = {"flying", "landed"}  # airline policy, Flight: "flying: the flight has taken off"
 
 
 @dataclass(frozen=True)
@@ -57,13 +62,17 @@ class Context:
 
 
 # --- the checks: (db before the action, the action's arguments, context) -> what breaks the clause, or None -----
+# Each domain's own: domain -> check name (the function's, unless given) -> function.
 
-CHECKS: dict[str, Callable] = {}
+CHECKS: dict[str, dict[str, Callable]] = {"airline": {}, "retail": {}}
 
 
-def check(fn: Callable) -> Callable:
-    CHECKS[fn.__name__] = fn
-    return fn
+def check(domain: str, name: str | None = None) -> Callable:
+    def register(fn: Callable) -> Callable:
+        CHECKS[domain][name or fn.__name__] = fn
+        return fn
+
+    return register
 
 
 def _reservation(db, args: dict):
@@ -81,7 +90,7 @@ def _taken_off(db, reservation) -> list[str]:
     return out
 
 
-@check
+@check("airline")
 def cancel_flown(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     flown = reservation and _taken_off(db, reservation)
@@ -102,7 +111,7 @@ def _cancel_grounds(db, reservation, now: datetime) -> list[str]:
     return grounds
 
 
-@check
+@check("airline")
 def cancel_eligibility(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or _cancel_grounds(db, reservation, ctx.now) or reservation.insurance == "yes":
@@ -111,7 +120,7 @@ def cancel_eligibility(db, args: dict, ctx: Context) -> str | None:
             "insurance, no flight cancelled by the airline) meets no cancellation ground")
 
 
-@check
+@check("airline")
 def cancel_insurance_reason(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or _cancel_grounds(db, reservation, ctx.now) or reservation.insurance != "yes":
@@ -124,7 +133,7 @@ def _flight_keys(flights) -> list[tuple[str, str]]:
     return [(f["flight_number"], f["date"]) if isinstance(f, dict) else (f.flight_number, f.date) for f in flights]
 
 
-@check
+@check("airline")
 def cabin_change_flown(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or args.get("cabin") == reservation.cabin:
@@ -134,7 +143,7 @@ def cabin_change_flown(db, args: dict, ctx: Context) -> str | None:
             f"{', '.join(flown)}") if flown else None
 
 
-@check
+@check("airline")
 def basic_economy_flights(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or reservation.cabin != "basic_economy":
@@ -144,7 +153,7 @@ def basic_economy_flights(db, args: dict, ctx: Context) -> str | None:
     return f"flights of basic-economy reservation {reservation.reservation_id} changed" if changed else None
 
 
-@check
+@check("airline")
 def keep_route(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     new = _flight_keys(args.get("flights", []))
@@ -171,16 +180,14 @@ def _airline_payments(db, args: dict) -> tuple[object, list[str]]:
     return (db.users.get(reservation.user_id) if reservation else None), [args.get("payment_id")]
 
 
-@check
+@check("airline")
 def payment_in_profile(db, args: dict, ctx: Context) -> str | None:
-    if "order_id" in args:
-        return _retail_payment_in_profile(db, args)
     user, ids = _airline_payments(db, args)
     missing = [i for i in ids if user is not None and i not in user.payment_methods]
     return f"{', '.join(missing)} not in {user.user_id}'s profile" if missing else None
 
 
-@check
+@check("airline")
 def update_payment_kind(db, args: dict, ctx: Context) -> str | None:
     user, (payment_id,) = _airline_payments(db, args)
     method = user.payment_methods.get(payment_id) if user else None
@@ -188,7 +195,7 @@ def update_payment_kind(db, args: dict, ctx: Context) -> str | None:
     return None if kind_ok else f"{payment_id} is a {method.source}"
 
 
-@check
+@check("airline")
 def booking_payment_limits(db, args: dict, ctx: Context) -> str | None:
     user, ids = _airline_payments(db, args)
     sources = [user.payment_methods[i].source for i in ids if user and i in user.payment_methods]
@@ -197,13 +204,13 @@ def booking_payment_limits(db, args: dict, ctx: Context) -> str | None:
     return f"the booking uses {', '.join(over)}" if over else None
 
 
-@check
+@check("airline")
 def max_passengers(db, args: dict, ctx: Context) -> str | None:
     count = len(args.get("passengers", []))
     return f"{count} passengers" if count > 5 else None
 
 
-@check
+@check("airline")
 def bags_not_removed(db, args: dict, ctx: Context) -> str | None:
     reservation = _reservation(db, args)
     if reservation is None or args.get("total_baggages", 0) >= reservation.total_baggages:
@@ -244,7 +251,7 @@ def _bag_booking(db, args: dict) -> tuple[object, str, int] | None:
     return reservation and (db.users.get(reservation.user_id), reservation.cabin, len(reservation.passengers))
 
 
-@check
+@check("airline")
 def free_bag_allowance(db, args: dict, ctx: Context) -> str | None:
     booking = _bag_booking(db, args)
     if not booking or booking[0] is None:
@@ -265,7 +272,7 @@ def _profile_people(user) -> list:
     return [tuple(str(v).lower() for v in person) for person in people]
 
 
-@check
+@check("airline")
 def passenger_details(db, args: dict, ctx: Context) -> str | None:
     user = db.users.get(args.get("user_id"))
     if user is None:
@@ -280,7 +287,7 @@ def passenger_details(db, args: dict, ctx: Context) -> str | None:
     return "; ".join(problems) or None
 
 
-@check
+@check("airline")
 def compensation(db, args: dict, ctx: Context) -> str | None:
     user = db.users.get(args.get("user_id"))
     if user is None:
@@ -303,9 +310,6 @@ def compensation(db, args: dict, ctx: Context) -> str | None:
     return f"certificate of ${args.get('amount')} to {user.user_id} ({user.membership}); allowed: {grounds}"
 
 
-CHANGES = ("cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
-           "update_reservation_passengers")
-
 # retail
 
 
@@ -325,7 +329,7 @@ def _status_is(wanted: str) -> Callable:
 
 for _name, _status in (("cancel_pending_only", "pending"), ("modify_pending_only", "pending"),
                        ("return_delivered_only", "delivered"), ("exchange_delivered_only", "delivered")):
-    CHECKS[_name] = _status_is(_status)
+    CHECKS["retail"][_name] = _status_is(_status)
 
 
 def _payment_method(db, order, payment_id: str):
@@ -333,7 +337,8 @@ def _payment_method(db, order, payment_id: str):
     return user.payment_methods.get(payment_id) if user else None
 
 
-def _retail_payment_in_profile(db, args: dict) -> str | None:
+@check("retail", "payment_in_profile")
+def retail_payment_in_profile(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     payment_id = args.get("payment_method_id")
     if order is None or _payment_method(db, order, payment_id) is not None:
@@ -345,7 +350,7 @@ def _original(order) -> str | None:
     return order.payment_history[0].payment_method_id if order.payment_history else None
 
 
-@check
+@check("retail")
 def refund_destination(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     payment_id = args.get("payment_method_id")
@@ -355,14 +360,14 @@ def refund_destination(db, args: dict, ctx: Context) -> str | None:
     return f"refund of {order.order_id} to {payment_id}, not the original {_original(order)} or a gift card"
 
 
-@check
+@check("retail")
 def payment_differs(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     same = order is not None and args.get("payment_method_id") == _original(order)
     return f"{order.order_id} is already paid with {_original(order)}" if same else None
 
 
-@check
+@check("retail")
 def gift_card_balance(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     method = _payment_method(db, order, args.get("payment_method_id")) if order else None
@@ -385,7 +390,7 @@ def _price_difference(db, order, args: dict) -> float | None:
     return round(total, 2)
 
 
-@check
+@check("retail")
 def gift_card_covers_difference(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     method = _payment_method(db, order, args.get("payment_method_id")) if order else None
@@ -395,13 +400,13 @@ def gift_card_covers_difference(db, args: dict, ctx: Context) -> str | None:
     return f"gift card balance {method.balance} < price difference {difference}"
 
 
-@check
+@check("retail")
 def cancel_reason(db, args: dict, ctx: Context) -> str | None:
     reason = args.get("reason")
     return f"reason {reason!r}" if reason not in ("no longer needed", "ordered by mistake") else None
 
 
-@check
+@check("retail")
 def same_product_available(db, args: dict, ctx: Context) -> str | None:
     order = _order(db, args)
     if order is None:
@@ -444,25 +449,29 @@ def _document() -> dict:
 
 def parse_clauses(doc: dict) -> dict[str, tuple[Clause, ...]]:
     """The clauses of every domain, each checked against its policy.md line and its check function."""
-    out, used = {}, set()
+    out = {}
     for domain, section in doc.items():
         if "now" in section:
             _cited(domain, section["now"], f"{domain}/now")
-        clauses = []
+            if str(facts(domain).NOW).replace("T", " ") not in section["now"]["quote"]:
+                raise ClauseError(f"{domain}/now: {section['now']['quote']!r} does not state "
+                                  f"handoff.tasks.domains.{domain}.NOW ({facts(domain).NOW})")
+        clauses, used = [], set()
         for clause_id, entry in section["clauses"].items():
             where = f"{paths.POLICY_CLAUSES_FILE}: {domain}/{clause_id}"
             _cited(domain, entry, where)
             name = entry.get("check", clause_id)
-            if name not in CHECKS:
-                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.gold_policy")
+            if name not in CHECKS[domain]:
+                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.build.gold_policy")
             if entry.get("instead") not in INSTEAD:
                 raise ClauseError(f"{where}: instead must be one of {', '.join(INSTEAD)}")
             used.add(name)
             clauses.append(Clause(domain, clause_id, entry["line"], entry["quote"], tuple(entry["tools"]),
                                   entry["instead"], " ".join(entry["rule"].split()), name))
         out[domain] = tuple(clauses)
-    if set(CHECKS) - used:
-        raise ClauseError(f"check functions without a clause: {', '.join(sorted(set(CHECKS) - used))}")
+        if set(CHECKS[domain]) - used:
+            raise ClauseError(f"{domain}: check functions without a clause: "
+                              f"{', '.join(sorted(set(CHECKS[domain]) - used))}")
     return out
 
 
@@ -477,7 +486,7 @@ def clause(domain: str, clause_id: str) -> Clause:
 
 
 def _context(domain: str) -> Context:
-    now = _document()[domain].get("now", {}).get("value")
+    now = facts(domain).NOW
     return Context(now=datetime.fromisoformat(now) if now else None)
 
 
@@ -498,13 +507,13 @@ def check_actions(domain: str, task_id: str, actions: list) -> list[Violation]:
             governing.setdefault(tool, []).append(c)
     found = []
     for step, action in enumerate(actions):
-        messages = [(c.id, CHECKS[c.check](env.tools.db, dict(action.arguments), ctx))
+        messages = [(c.id, CHECKS[domain][c.check](env.tools.db, dict(action.arguments), ctx))
                     for c in governing.get(action.name, [])]
         result = env.get_response(ToolCall(id=f"call_{step}", name=action.name, arguments=action.arguments,
                                            requestor=action.requestor))
         found += [Violation(domain, task_id, clause_id, step, f"{action.name}: {message}", not result.error)
                   for clause_id, message in messages if message]
-        if action.name in CHANGES and not result.error:
+        if action.name in facts(domain).CHANGES and not result.error:
             ctx.changed.add(action.arguments.get("reservation_id"))
     return found
 
@@ -516,8 +525,6 @@ def check_gold(domain: str, task) -> list[Violation]:
 
 @cache
 def _upstream_violations(domain: str) -> dict[str, tuple[Violation, ...]]:
-    from handoff.tasks.upstream import upstream_tasks
-
     return {t.id: tuple(check_gold(domain, t)) for t in upstream_tasks(domain)}
 
 
@@ -530,13 +537,6 @@ def upstream_violations(domain: str, task_id: str) -> tuple[Violation, ...]:
 
 VERDICTS = ("complies", "breaks")
 RESOLUTIONS = ("kept", "override")
-
-
-@cache
-def resolutions() -> dict[str, dict[str, dict]]:
-    """domain -> upstream task id -> {findings, gold, label, note} (data/policy/gold_resolutions.yaml)."""
-    doc = yaml.safe_load((paths.REPO_ROOT / paths.GOLD_RESOLUTIONS_FILE).read_text()) or {}
-    return {domain: {str(k): v for k, v in (doc.get(domain) or {}).items()} for domain in doc}
 
 
 def gold_complies(domain: str, task) -> bool:
@@ -556,25 +556,14 @@ def gold_reachable(domain: str, task) -> bool:
     return not (entry.get("gold") == "breaks" and any(v.applied for v in upstream_violations(domain, task.id)))
 
 
-def unreachable_golds() -> set[tuple[str, str]]:
-    """(domain, upstream task id) of every gold recorded as unreachable (reads the YAML only, no replay)."""
-    return {(domain, task_id) for domain, entries in resolutions().items()
-            for task_id, entry in entries.items() if entry.get("reachable", True) is False}
-
-
 def _complies_as_parent(domain: str, task) -> bool:
     """A derived task whose gold is its parent's, hand-checked as complying (same findings)."""
-    from handoff.tasks.derive import parse_derived_id
-    from handoff.tasks.upstream import upstream_tasks
-
     parent = next(t for t in upstream_tasks(domain) if t.id == parse_derived_id(task.id).parent_id)
     same = {v.clause for v in check_gold(domain, task)} == {v.clause for v in upstream_violations(domain, parent.id)}
     return same and gold_complies(domain, parent)
 
 
 def _entry_problems(domain: str, task, entry: dict | None, overrides: dict) -> list[str]:
-    from handoff.tasks.upstream import has_gold_transfer
-
     where = f"{paths.GOLD_RESOLUTIONS_FILE}: {domain}/{task.id}"
     found = sorted({v.clause for v in upstream_violations(domain, task.id)})
     if entry is None:
@@ -609,8 +598,6 @@ def problems(derived: dict, overrides: dict) -> list[str]:
     """What the gold checker flags and nothing handles: a derived task whose gold breaks a clause, an upstream
     gold that breaks one or transfers without a consistent hand-check entry. `derived`: (domain, kind) ->
     tasks; `overrides`: (domain, task id) -> Override."""
-    from handoff.tasks.upstream import upstream_tasks
-
     out = []
     for (domain, _), tasks in sorted(derived.items()):
         out += [f"{domain}/{v.task_id}: its gold breaks {v.clause} ({clause(domain, v.clause).cite()}): {v.message}"

@@ -16,7 +16,9 @@
   passenger; when a reservation was booked; a price claim; a product option; the kind of product for the
   complaint; bags on a reservation).
 
-`handoff labels build` refuses to write task sets with findings; tests run the same checks.
+Which checks a kind gets is its module's (handoff.tasks.build.kinds); a domain's premises are checked
+by that domain's function here (PREMISES). `handoff labels build` refuses to write task sets with
+findings; tests run the same checks.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import NamedTuple
 
-from handoff.tasks.gold_policy import TAKEN_OFF
-from handoff.tasks.upstream import raw_db
+from handoff.tasks.build.catalog import CATALOG
+from handoff.tasks.domains.airline import NOW, TAKEN_OFF, TODAY
+from handoff.tasks.ids import parse_derived_id
+from handoff.tasks.upstream import raw_db, tool_names
 
-TODAY = "2024-05-15"  # airline policy: "The current time is 2024-05-15 15:00:00 EST."
 CHECKS = ("persona_contradiction", "script_contradiction", "parent_script", "asks_for_a_solution", "false_premise")
 
 
@@ -43,7 +46,7 @@ def sentences(text: str | None) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text or "") if s.strip()]
 
 
-def _scenario_text(task) -> str:
+def scenario_text(task) -> str:
     instructions = task.user_scenario.instructions
     return "\n".join(filter(None, [instructions.reason_for_call, instructions.task_instructions]))
 
@@ -96,8 +99,6 @@ def _field_words(value, out: set[str]) -> None:
 def task_words(domain: str) -> frozenset[str]:
     """Words that make a sentence about the task: the domain's tool names, the field names, statuses, cabins and
     membership levels of its database records, and its product names."""
-    from handoff.tasks.upstream import tool_names
-
     db, words = raw_db(domain), set(_TASK_EXTRA)
     for name in tool_names(domain):
         words.update(name.split("_"))
@@ -126,10 +127,10 @@ def calm_lines(text: str | None) -> list[str]:
     return [s for s in sentences(text) if _CALM_LINE.search(s)]
 
 
-def _persona_findings(task) -> list[Finding]:
+def persona_findings(task) -> list[Finding]:
     return [
         Finding("persona_contradiction", task.id, f"a difficult user told: {line!r}")
-        for line in calm_lines(_scenario_text(task))
+        for line in calm_lines(scenario_text(task))
     ]
 
 
@@ -151,14 +152,14 @@ _FAULT = re.compile(
 
 def added_lines(task, parent) -> list[str]:
     """Sentences of the task's persona and instructions that are not the parent's."""
-    own = set(sentences(_scenario_text(parent)))
-    text = "\n".join(filter(None, [task.user_scenario.persona, _scenario_text(task)]))
+    own = set(sentences(scenario_text(parent)))
+    text = "\n".join(filter(None, [task.user_scenario.persona, scenario_text(task)]))
     return [s for s in sentences(text) if s not in own]
 
 
 def script_contradictions(task, parent) -> list[str]:
     """Added lines that contradict the parent's script."""
-    script = _scenario_text(parent)
+    script = scenario_text(parent)
     added = added_lines(task, parent)
     found = []
     if _UNTRUTH.search(script):
@@ -199,8 +200,8 @@ def _words(sentence: str) -> str:
 
 def kept_parent_lines(task, parent) -> list[str]:
     """Sentences (6 words or more) of the parent's reason and instructions found in the task's scenario."""
-    derived = _words(_scenario_text(task))
-    return [s for s in sentences(_scenario_text(parent)) if len(_words(s).split()) >= 6 and _words(s) in derived]
+    derived = _words(scenario_text(task))
+    return [s for s in sentences(scenario_text(parent)) if len(_words(s).split()) >= 6 and _words(s) in derived]
 
 
 # --- premises against db.json (every kind: the derived text and what it inherits from the parent) -------------
@@ -392,7 +393,6 @@ def _flight_premises(sentence: str, user: dict, mine: list[dict], traveller: boo
     return problems
 
 
-NOW = "2024-05-15T15:00:00"  # airline policy.md line 3
 _BOOKED_WHEN = re.compile(r"\bbooked\b[^.]*?\b(this morning|today|yesterday|(?:about |around )?(\d+) hours? ago)\b",
                           re.IGNORECASE)
 
@@ -414,10 +414,10 @@ def _booking_time_premises(sentence: str, rid: str | None) -> list[str]:
     return [] if holds else [f"reservation {rid} was booked {reservation['created_at']}, not {claim[1]!r}"]
 
 
-def _airline_premises(task, traveller: bool = False) -> list[str]:
+def _airline_premises(task, product_classes: dict[str, set[str]]) -> list[str]:
     """Reservations and flights the text names are the user's (and, for a request about who flies, ones the
     user is a passenger of); an upcoming trip has not started; a past flight landed; a lost bag was checked."""
-    db = raw_db("airline")
+    db, traveller = raw_db("airline"), _traveller_request(task)
     text = _facts_text(task)
     uid = find_user("airline", text)
     if uid is None:
@@ -440,43 +440,22 @@ def _airline_premises(task, traveller: bool = False) -> list[str]:
 
 
 def _traveller_request(task) -> bool:
-    from handoff.tasks.derive import parse_derived_id
-    from handoff.tasks.out_of_scope import CATALOG
-
     ref = parse_derived_id(task.id)
     return bool(ref and ref.kind == "out_of_scope"
                 and any(r.id == ref.template and r.traveller for r in CATALOG["airline"]))
 
 
+PREMISES = {"airline": _airline_premises, "retail": _retail_premises}
+
+
 def premise_problems(domain: str, task, product_classes: dict[str, set[str]]) -> list[str]:
     """What the task tells the user as fact (its own text and what it inherits from its parent) that db.json
     contradicts; empty when every premise holds."""
-    if domain == "airline":
-        return _airline_premises(task, _traveller_request(task))
-    return _retail_premises(task, product_classes)
+    return PREMISES[domain](task, product_classes)
 
 
-# --- all checks ------------------------------------------------------------------------------------------------
-
-
-def audit(domain: str, kind: str, tasks: list, parents: dict, product_classes: dict[str, set[str]]) -> list[Finding]:
-    """Findings for the derived tasks of one kind; `parents` maps parent id -> upstream task."""
-    from handoff.tasks.derive import parse_derived_id
-
-    findings = []
-    for task in tasks:
-        parent = parents[parse_derived_id(task.id).parent_id]
-        if kind == "hard_negative":
-            findings += _persona_findings(task)
-            findings += [Finding("script_contradiction", task.id, m) for m in script_contradictions(task, parent)]
-        else:
-            findings += [Finding("parent_script", task.id, f"keeps the parent's line {s!r}")
-                         for s in kept_parent_lines(task, parent)]
-        if kind == "explicit_request":
-            findings += [Finding("asks_for_a_solution", task.id, f"asks the agent to solve it: {s!r}")
-                         for s in solution_requests(_scenario_text(task))]
-        findings += [Finding("false_premise", task.id, p) for p in premise_problems(domain, task, product_classes)]
-    return findings
+def premise_findings(domain: str, task, product_classes: dict[str, set[str]]) -> list[Finding]:
+    return [Finding("false_premise", task.id, p) for p in premise_problems(domain, task, product_classes)]
 
 
 def distinct_ratio(tasks: list) -> float:

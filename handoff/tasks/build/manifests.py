@@ -3,27 +3,25 @@ rendered out-of-scope catalog and the behaviour record, all generated from the p
 data/scenarios and label_overrides_v1.json.
 
 Hash chain: labels_v1.json records the sha256 of the overrides file and of each derived task file;
-splits_v1.json records the sha256 of labels_v1.json; manifest_hashes() gives all of them to the sweep.
+splits_v1.json records the sha256 of labels_v1.json; handoff.tasks.manifest_hashes() gives all of them
+to the sweep.
 behaviour_v1.json records tau2's rewards of scripted agents on every task, keyed by task content.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
-from handoff.tasks import behaviour, gold_policy, paths
-from handoff.tasks.catalog_doc import render_catalog
-from handoff.tasks.derive import KINDS, build_kind, parse_derived_id
-from handoff.tasks.labels import (
-    ManifestError,
-    Override,
-    apply_override,
-    base_label,
-    read_overrides,
-)
+from handoff.tasks import load_tasks, paths, split_of
+from handoff.tasks.build import behaviour, gold_policy, kinds
+from handoff.tasks.build.catalog_doc import render_catalog
+from handoff.tasks.build.kinds import derived_tasks
+from handoff.tasks.build.labelling import Override, apply_override, base_label, read_overrides
+from handoff.tasks.build.review import domain_markdown, write_review
+from handoff.tasks.ids import DERIVED_KINDS
+from handoff.tasks.labels import ManifestError, load_labels
 from handoff.tasks.upstream import (
     DOMAINS,
     SPLITS,
@@ -31,7 +29,6 @@ from handoff.tasks.upstream import (
     tau2_commit,
     tau2_data_sha256,
     tau2_version,
-    upstream_splits,
     upstream_tasks,
 )
 
@@ -46,17 +43,6 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def split_of(domain: str, task_id: str) -> str:
-    """A task's split: tau2's for upstream tasks, the parent's for derived ones."""
-    ref = parse_derived_id(task_id)
-    return upstream_splits(domain)[ref.parent_id if ref else task_id]
-
-
-def derived_tasks() -> dict[tuple[str, str], list]:
-    """(domain, kind) -> the derived tasks, freshly built (and checked, handoff.tasks.audit)."""
-    return {(d, k): build_kind(d, k) for d in DOMAINS for k in KINDS}
-
-
 def render(root: Path, derived: dict | None = None) -> dict[Path, bytes]:
     """Every generated file but the behaviour record (path relative to root -> bytes), from tau2, the
     scenario files and root's overrides file."""
@@ -65,7 +51,7 @@ def render(root: Path, derived: dict | None = None) -> dict[Path, bytes]:
         paths.task_file(d, k): dump_json([t.model_dump(mode="json", exclude_none=True) for t in tasks])
         for (d, k), tasks in derived.items()
     }
-    tasks = {d: list(upstream_tasks(d)) + [t for k in KINDS for t in derived[(d, k)]] for d in DOMAINS}
+    tasks = {d: list(upstream_tasks(d)) + [t for k in DERIVED_KINDS for t in derived[(d, k)]] for d in DOMAINS}
     files[paths.LABELS_FILE] = _labels_json(root, tasks, {str(p): _sha(data) for p, data in sorted(files.items())})
     files[paths.SPLITS_FILE] = _splits_json(tasks, _sha(files[paths.LABELS_FILE]))
     files[paths.CATALOG_DOC] = render_catalog(derived).encode()
@@ -138,7 +124,7 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
 
 
 def gold_problems(root: Path, derived: dict) -> list[str]:
-    """What the gold checker flags and nothing handles (handoff.tasks.gold_policy.problems), with root's
+    """What the gold checker flags and nothing handles (handoff.tasks.build.gold_policy.problems), with root's
     overrides."""
     tasks = {d: {t.id for t in upstream_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
              for d in DOMAINS}
@@ -176,12 +162,12 @@ def _behaviour_json(root: Path, derived: dict, workers: int | None) -> bytes:
             entries[domain][task.id] = old
         else:
             missing.append((domain, kind, task, sha))
-    scores = behaviour.run_parallel([(d, t, behaviour.agents_for(k)) for d, k, t, _ in missing], workers or 1,
+    scores = behaviour.run_parallel([(d, t, kinds.kind(k).agents) for d, k, t, _ in missing], workers or 1,
                                     fast=True)
     for (domain, _, task, sha), score in zip(missing, scores):
         entries[domain][task.id] = {"sha256": sha, **score}
     failed = [f"{d}/{t.id}: {'; '.join(p)}" for d, k, t in _all_tasks(derived)
-              if k != "upstream" and (p := behaviour.failures(k, entries[d][t.id]))]
+              if (p := behaviour.failures(kinds.kind(k).expected, entries[d][t.id]))]
     if failed:
         raise ManifestError("derived tasks do not behave as their kind requires under tau2's evaluator:\n  "
                             + "\n  ".join(failed))
@@ -198,12 +184,13 @@ def _behaviour_json(root: Path, derived: dict, workers: int | None) -> bytes:
 def behaviour_problems(root: Path, derived: dict, rerun: int = 1, workers: int | None = None) -> list[str]:
     """Tasks the behaviour record misses or scores wrongly, and sampled re-runs that disagree with it."""
     recorded, problems = read_behaviour(root), []
-    for domain, kind, task in _all_tasks(derived):
+    for domain, name, task in _all_tasks(derived):
         entry = recorded.get(domain, {}).get(task.id)
         if not entry or entry.get("sha256") != behaviour.task_sha256(task):
             problems.append(f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id} is not recorded for its current content")
-        elif kind != "upstream":
-            problems += [f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id}: {p}" for p in behaviour.failures(kind, entry)]
+        else:
+            problems += [f"{paths.BEHAVIOUR_FILE}: {domain}/{task.id}: {p}"
+                         for p in behaviour.failures(kinds.kind(name).expected, entry)]
     if problems or not rerun:
         return problems
     sample = behaviour.sample(derived, rerun)
@@ -312,43 +299,9 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _upstream_task_files() -> list[tuple[str, Path]]:
-    """tau2's tasks.json of each domain, found without importing tau2 (which takes seconds)."""
-    package = Path(importlib.util.find_spec("tau2").submodule_search_locations[0])
-    return [(f"tau2/{d}/tasks.json", package / "data" / "tau2" / "domains" / d / "tasks.json") for d in DOMAINS]
-
-
-def tasks_sha256(root: Path | None = None) -> str:
-    """One sha256 over the content of every task: the derived task files and tau2's upstream tasks.json.
-    Any change of a task's scenario, criteria or id changes it (a cache key for scores)."""
-    root = Path(root or paths.REPO_ROOT)
-    named = [(str(p.relative_to(root)), p) for p in sorted((root / paths.TASKS_DIR).glob("*/*.json"))]
-    digest = hashlib.sha256()
-    for name, path in named + _upstream_task_files():
-        digest.update(f"{name}\0".encode() + path.read_bytes())
-    return digest.hexdigest()
-
-
-def manifest_hashes(root: Path | None = None) -> dict:
-    """What a sweep records in its run manifest and compares on resume."""
-    root = Path(root or paths.REPO_ROOT)
-    return {
-        "labels_sha256": paths.sha256_file(root / paths.LABELS_FILE),
-        "splits_sha256": paths.sha256_file(root / paths.SPLITS_FILE),
-        "overrides_sha256": paths.sha256_file(root / paths.OVERRIDES_FILE),
-        "tasks_sha256": tasks_sha256(root),
-        "tau2_version": tau2_version(),
-        "tau2_commit": tau2_commit(),
-    }
-
-
 def review(out: Path, domains: list[str] | None = None, kinds: list[str] | None = None,
            root: Path | None = None) -> list[Path]:
-    """Write the hand-check pages (handoff.tasks.review) of the committed tasks and labels into `out`."""
-    from handoff.tasks import load_tasks
-    from handoff.tasks.labels import load_labels
-    from handoff.tasks.review import domain_markdown, write_review
-
+    """Write the hand-check pages (handoff.tasks.build.review) of the committed tasks and labels into `out`."""
     root = Path(root or paths.REPO_ROOT)
     labels, scores = load_labels(root), read_behaviour(root)
     pages = {}

@@ -11,17 +11,12 @@ import html
 import json
 from pathlib import Path
 
-from handoff.tasks.derive import parse_derived_id
+from handoff.tasks.ids import kind_of
 
 STYLE = (
     "body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em;line-height:1.4}"
     "pre{white-space:pre-wrap;background:#f4f4f4;padding:.5em}h2{border-top:1px solid #ccc;padding-top:1em}"
 )
-
-
-def kind_of(task_id: str) -> str:
-    ref = parse_derived_id(task_id)
-    return ref.kind if ref else "upstream"
 
 
 def _quote(text: str | None) -> list[str]:
