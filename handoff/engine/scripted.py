@@ -10,6 +10,14 @@ request's `max_tokens` is cut there with finish reason "length". Every prompt is
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, Field
@@ -83,3 +91,93 @@ class ScriptConfig(BaseModel):
     # the probability, else it does the opposite (handoff_decision).
     accuracy: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = None
     no_transfer: list[str] = ["I can help you with that myself; there is no need for a human agent."]
+
+
+class _Tokenizer:
+    """The part of a transformers tokenizer the scripted engine uses, over `tokenizers` alone."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        eos = json.loads((path / "tokenizer_config.json").read_text())["eos_token"]
+        self.eos_token_id = self._tok.token_to_id(eos if isinstance(eos, str) else eos["content"])
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def light_tokenizer(path: str):
+    """The checkpoint's tokenizer without importing transformers (6 s of CPU) when it has a
+    tokenizer.json, so that a scripted replica starts in well under its load_delay_s."""
+    p = Path(path)
+    if (p / "tokenizer.json").is_file() and (p / "tokenizer_config.json").is_file():
+        return _Tokenizer(p)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+class ScriptedReplay:
+    """Completion i of the role's script, where i counts the role's own earlier turns in the prompt
+    (the agent's prompt also holds tau2's greeting). The last completion repeats."""
+
+    OFFSET = {"agent": 2, "user": 1}  # markers in the role's first prompt (generation prompt included)
+
+    def __init__(self, checkpoint, script: ScriptConfig, role: str, max_num_seqs: int = 1 << 30):
+        self.tokenizer = light_tokenizer(checkpoint.tokenizer or checkpoint.path)
+        self.checkpoint, self.script, self.role = checkpoint, script, role
+        self.batch = asyncio.Semaphore(max_num_seqs)
+
+    async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+        role = self._role(request_id)
+        completions = getattr(self.script, role)
+        accuracy = (self.script.accuracy or {}).get(self.checkpoint.name)
+        if role == "agent" and accuracy is not None and not handoff_decision(request_id, accuracy):
+            completions = self.script.no_transfer
+        turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[role]
+        completion = completions[min(max(turns, 0), len(completions) - 1)]
+        async with self.batch:
+            started = time.time()
+            await asyncio.sleep(self.script.delay_s)
+            self._log_service(started)
+        if self.script.fail_sessions and re.search(self.script.fail_sessions, request_id):
+            raise RuntimeError(f"scripted failure for {request_id}")
+        return ScriptedEngine(self.tokenizer, [completion]).generate(prompt_ids, sampling)
+
+    def _role(self, request_id: str) -> str:
+        if not self.script.share_user_engine:
+            return self.role
+        return "user" if request_id.startswith("user/") else "agent"
+
+    def _log_service(self, started: float) -> None:
+        if self.script.service_log:
+            line = f"{os.getpid()} {self.checkpoint.name} {started:.6f} {time.time():.6f}\n"
+            with open(self.script.service_log, "a") as f:  # one short O_APPEND write: lines never mix
+                f.write(line)
+
+
+def handoff_decision(request_id: str, accuracy: float) -> bool:
+    """Whether a known-answer agent (ScriptConfig.accuracy) transfers in the episode of this agent
+    request (`<domain>/<task id>-<seed>-<hex>/<hex>`, handoff.agent.episode.agent_session): right
+    (transfer iff the task's label says so) when the episode seed's draw falls below `accuracy`.
+    Every checkpoint meets the same draw in an episode (common random numbers)."""
+    domain, rest = request_id.split("/", 1)
+    task_id, seed, _ = rest.rsplit("/", 1)[0].rsplit("-", 2)
+    return _should_transfer(domain, task_id) == (seed_draw(int(seed)) < accuracy)
+
+
+@functools.cache
+def _should_transfer(domain: str, task_id: str) -> bool:
+    from handoff.tasks.labels import label_for
+
+    return label_for(domain, task_id).should_transfer
+
+
+def seed_draw(seed: int) -> float:
+    """A uniform draw in [0, 1) from an episode seed (sha256: the same in every process)."""
+    digest = hashlib.sha256(f"accuracy/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64

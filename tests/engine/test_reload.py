@@ -10,8 +10,8 @@ import pytest
 
 from handoff.engine import models
 from handoff.engine.base import Sampling
+from handoff.engine.scripted import light_tokenizer
 from handoff.engine.vllm_engine import AsyncVLLMEngine, EngineSettings, RequestAborted, reloadable
-from handoff.sweep.engines import light_tokenizer
 from handoff.testing.checkpoints import perturbed_copy
 from tests.engine.test_engine import need
 
