@@ -4,7 +4,7 @@ and the confidence sequences' coverage, over many seeds.
 A full sweep per seed is too slow on 2 cores, so the episodes are simulated with the scripted
 engine's own statistics: the known-answer agent (engine.script.accuracy) of checkpoint c is right
 in episode (domain, task, trial) of sweep seed s iff seed_draw(episode_seed(s, domain, task,
-trial)) < accuracy[c] (handoff.sweep.engines.handoff_decision), so its hand-off accuracy there is
+trial)) < accuracy[c] (handoff.engine.scripted.handoff_decision), so its hand-off accuracy there is
 exactly that indicator. The rounds are the sweep's (handoff.sweep.adaptive): the checkpoints still
 running get a round, handoff.rules.sequential.decide decides. The tasks are those the sweep would
 run (tasks.split=test, tasks.per_kind=null: every test task of both domains). `--draws independent`
@@ -22,10 +22,10 @@ import time
 
 import handoff  # noqa: F401
 from bench.common import report
+from handoff.engine.scripted import seed_draw
 from handoff.report.adaptive import Round, finished, n_rounds
 from handoff.rules.sequential import confidence_sequence, decide, paired_observations
 from handoff.sweep.adaptive import running
-from handoff.sweep.engines import seed_draw
 from handoff.sweep.plan import episode_seed
 
 SCENARIOS = {

@@ -21,7 +21,7 @@ from bench.common import report
 def _episodes(domain: str, n_tasks: int):
     from tau2.registry import registry
 
-    from handoff.testing.replay import replay, wrong_write_variants
+    from handoff.fasteval.replay import replay, wrong_write_variants
 
     for task in registry.get_tasks_loader(domain)(None)[:n_tasks]:
         yield task, replay(task, domain)

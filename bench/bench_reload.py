@@ -38,7 +38,7 @@ def outputs(engine) -> list[list[int]]:
 
 
 def engine_tokenizer():
-    from handoff.sweep.engines import light_tokenizer
+    from handoff.engine.scripted import light_tokenizer
 
     return light_tokenizer(model_path())
 

@@ -1,6 +1,6 @@
 """Rules throughput: episodes scored per CPU second, on one core (target: 10,000 in < 10 s).
 
-Episodes are replays of real airline and retail tasks (handoff.testing.replay: the gold actions
+Episodes are replays of real airline and retail tasks (handoff.fasteval.replay: the gold actions
 and wrong-write variants, every tool result from a real tau2 environment), varied so that every
 rule and format kind has work to do: a user confirmation before each write in half of them, a
 transfer, Hermes markup left in text, an unknown tool. They are stored as SimulationRun JSON dicts,
@@ -61,7 +61,7 @@ def _decorate(sim, index: int):
 def _pool(n_tasks: int) -> list[tuple[str, str, dict]]:
     from tau2.registry import registry
 
-    from handoff.testing.replay import replay, wrong_write_variants
+    from handoff.fasteval.replay import replay, wrong_write_variants
 
     pool = []
     for domain in ("airline", "retail"):

@@ -1,7 +1,7 @@
 """The scripted agent and user of the throughput benchmark, for both runners.
 
 Both runners run the very same code: handoff's HandoffAgent and EngineUserSimulator over the
-sweep's scripted engine (`handoff.sweep.engines.ScriptedReplay`, the script of
+sweep's scripted engine (`handoff.engine.scripted.ScriptedReplay`, the script of
 conf/engine/scripted.yaml) called in-process with zero latency. For tau2's own runner they are
 registered in tau2's registry under AGENT and USER (tau2.run.run_task builds LLMAgent
 subclasses with (tools, domain_policy, llm, llm_args) and users with (tools, instructions, llm,
@@ -33,10 +33,10 @@ class ZeroLatencyScripted:
     """The sweep's scripted engine (completion chosen from the prompt), called synchronously."""
 
     def __init__(self, role: str):
-        from handoff.sweep.engines import ScriptConfig, ScriptedReplay
+        from handoff.engine.scripted import ScriptConfig, ScriptedReplay
 
         script = yaml.safe_load((ROOT / "conf/engine/scripted.yaml").read_text())["script"]
-        checkpoint = SimpleNamespace(tokenizer=None, path=model_path())
+        checkpoint = SimpleNamespace(name="scripted", tokenizer=None, path=model_path())
         self.replay = ScriptedReplay(checkpoint, ScriptConfig(**script), role)
 
     def generate(self, prompt_ids, sampling, session_id=None):

@@ -84,7 +84,7 @@ def make_agent(domain_env, engine: Engine, chat, settings: EpisodeSettings, sess
 
 def agent_session(domain: str, task_id: str, seed: int) -> str:
     """The agent's session id: one per attempt (uuid), naming the episode (read by the scripted
-    engine's known-answer agent, handoff.sweep.engines.handoff_decision)."""
+    engine's known-answer agent, handoff.engine.scripted.handoff_decision)."""
     return f"{domain}/{task_id}-{seed}-{uuid.uuid4().hex[:8]}"
 
 

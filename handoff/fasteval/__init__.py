@@ -4,6 +4,9 @@
   `tau2.evaluator.evaluator.evaluate_simulation`.
 - `make_environment(domain)`: a tau2 airline/retail Environment without re-reading db.json, for
   episode runners.
+- `replay.replay(task, domain)`: a task's gold actions played as a SimulationRun with real tool results
+  (`handoff labels build`'s behaviour baselines, fasteval's equality tests, benchmarks);
+  `replay.wrong_write_variants(task)`: the same with one write changed.
 """
 
 from handoff.fasteval.environments import SUPPORTED_DOMAINS, fast_domain, make_environment

@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from handoff.engine.base import Sampling
 from handoff.engine.checkpoint import problems
-from handoff.engine.scripted import ScriptConfig
+from handoff.engine.factory import engine_kind
 from handoff.engine.vllm_engine import VLLMOptions
 from handoff.errors import ConfigError
 from handoff.rules.score import RewardWeights
@@ -396,7 +396,7 @@ def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads
                         remote: bool = False) -> list[str]:
     """Why the checkpoint directory `path` (config key `key`) cannot be served; empty if it can.
     Every checkpoint of a sweep passes here before Ray starts (the one place to add checks): it
-    exists and, when a real engine `loads` it (not the scripted one), holds what vLLM loads
+    exists and, when the engine `loads` its weights (EngineKind.loads_weights), holds what vLLM loads
     (handoff.engine.checkpoint.problems). On an existing cluster (`remote`), a path the driver does
     not see is left to the check on a GPU node (handoff.sweep.preflight)."""
     if not Path(path).is_dir():
@@ -406,7 +406,7 @@ def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads
 
 def _check_paths(cfg: SweepConfig) -> list[str]:
     errors = []
-    check = functools.partial(checkpoint_problems, loads=cfg.engine.kind != "scripted",
+    check = functools.partial(checkpoint_problems, loads=engine_kind(cfg.engine).loads_weights,
                               remote=cfg.cluster.address is not None)
     for key, m in cfg.model.items():
         if m.path is not None:
@@ -427,17 +427,10 @@ def _check_paths(cfg: SweepConfig) -> list[str]:
 
 
 def _script_problems(cfg: SweepConfig) -> list[str]:
-    """engine.script of the scripted engine: its schema, and known-answer accuracies of checkpoints
-    the sweep has."""
-    if cfg.engine.kind != "scripted":
-        return []
-    try:
-        script = ScriptConfig.model_validate(cfg.engine.script)
-    except ValidationError as exc:
-        return [f"engine.script.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-    names = {c.name for c in checkpoints(cfg)}
-    return [f"engine.script.accuracy.{name}: no checkpoint of the sweep is named so ({', '.join(sorted(names))})"
-            for name in script.accuracy or {} if name not in names]
+    """engine.script of an engine kind that reads one (the scripted engine: its schema, and
+    known-answer accuracies of checkpoints the sweep has)."""
+    kind = engine_kind(cfg.engine)
+    return kind.script_problems(cfg.engine.script, {c.name for c in checkpoints(cfg)}) if kind.reads_script else []
 
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:

@@ -33,14 +33,13 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
+from handoff.engine.factory import engine_kind, one_engine
 from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import (
     EngineHost,
-    ScriptConfig,
     actor_env,
     actor_state,
-    one_engine,
     replica_options,
 )
 from handoff.sweep.failures import Place, ShardFailure, actor_place, classify, nodes_alive
@@ -169,11 +168,11 @@ class Driver:
 
     def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
         """Whether `ck` is served by the user simulator's engines: the same engine settings (path,
-        tokenizer, max_model_len), since an engine serves only what it was built for (a scripted
-        engine only with engine.script.share_user_engine)."""
+        tokenizer, max_model_len), since an engine serves only what it was built for, and only where
+        its kind shares at all (EngineKind.shares_user_engine: the scripted engine with
+        engine.script.share_user_engine)."""
         e = self.cfg.engine
-        engine_shares = e.kind != "scripted" or ScriptConfig.model_validate(e.script).share_user_engine
-        return user is not None and engine_shares and one_engine(ck, user, e)
+        return user is not None and engine_kind(e).shares_user_engine(e) and one_engine(ck, user, e)
 
     def new_engine(self, ck: Checkpoint, role: str):
         """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a

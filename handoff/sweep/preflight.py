@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from handoff.engine.checkpoint import CheckpointError, is_verl_actor, merge_verl_actor, problems
+from handoff.engine.factory import engine_kind
 from handoff.errors import ConfigError
 from handoff.sweep import vllm_check
 from handoff.sweep.config import Checkpoint, SweepConfig
@@ -29,10 +30,11 @@ def before_ray(sweep: SweepConfig, local: bool) -> None:
     engine settings of a checkpoint (handoff.sweep.vllm_check)."""
     from handoff.engine.vllm_engine import build_problem
 
-    problem = build_problem(sweep.engine.device) if local and sweep.engine.kind != "scripted" else None
+    loads = engine_kind(sweep.engine).loads_weights
+    problem = build_problem(sweep.engine.device) if local and loads else None
     if problem:
         raise ConfigError(f"engine build: {problem}")
-    refused = vllm_check.problems(sweep) if sweep.engine.kind == "vllm" and sweep.engine.device == "gpu" else []
+    refused = vllm_check.problems(sweep) if loads and sweep.engine.device == "gpu" else []
     if refused:
         raise ConfigError.of("engine settings (vLLM's own check)", refused)
 
@@ -68,7 +70,7 @@ def on_cluster(sweep: SweepConfig, ckpts: list[Checkpoint], local: bool) -> dict
 
     e = sweep.engine
     checks = [(ck.path, ck.tokenizer) for ck in ckpts]
-    if e.kind == "scripted" or (local and not any(is_verl_actor(path) for path, _ in checks)):
+    if not engine_kind(e).loads_weights or (local and not any(is_verl_actor(path) for path, _ in checks)):
         return {}  # the driver's own checks covered it all
     task = ray.remote(node_check).options(num_cpus=0, scheduling_strategy=_node_for(e.device), max_retries=0)
     ref = task.remote(checks, None if local else e.device, sweep.cluster.merged_dir, e.load_timeout_s)

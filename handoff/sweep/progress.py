@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from handoff.engine.factory import engine_kind
+
 POLL_EVERY_S = 2.0
 UNANSWERED_S = 30.0  # a replica's counters asked for this long ago (restarting, or its node gone) are asked again
 MAX_BARS = 8  # in a terminal; more checkpoints share one bar
@@ -256,9 +258,9 @@ def plan_lines(cfg, ckpts: list, shards: list, pending: int, run_root: Path, log
     total = sum(len(s.episodes) for s in shards)
     lines = [f"sweep {cfg.name}: {len(names)} checkpoint(s) ({shown}) x domains {', '.join(cfg.domains())}: "
              f"{total} episodes in {len(shards)} shards" + (f", {pending} to run" if pending != total else "")]
-    engine = (f"scripted, {e.replicas} replica(s)" if e.kind == "scripted" else
-              f"vLLM on {e.device}, {e.replicas} replica(s) x {e.cpus:g} CPU(s)"
-              + (f" x {e.num_gpus} GPU(s)" if e.num_gpus else "") + f", dtype {e.dtype}")
+    engine = (f"vLLM on {e.device}, {e.replicas} replica(s) x {e.cpus:g} CPU(s)"
+              + (f" x {e.num_gpus} GPU(s)" if e.num_gpus else "") + f", dtype {e.dtype}"
+              if engine_kind(e).loads_weights else f"{e.kind}, {e.replicas} replica(s)")
     user = cfg.user.model.name if cfg.user.kind == "engine" and cfg.user.model else (cfg.user.llm or cfg.user.kind)
     lines.append(f"  engines: {engine}; user simulator: {user}; schedule {cfg.schedule}")
     lines.append(f"  run directory: {run_root}")

@@ -285,8 +285,9 @@ def _local_engine_threads(engine, engine_sets: int) -> None:
     """engine.threads, when unset, for a CPU engine on the embedded cluster (this machine's cores:
     handoff.engine.cpu.local_threads). An execution key: the run's recorded config keeps it unset."""
     from handoff.engine.cpu import local_threads
+    from handoff.engine.factory import engine_kind
 
-    if engine.kind == "vllm" and engine.device == "cpu" and engine.threads is None:
+    if engine_kind(engine).loads_weights and engine.device == "cpu" and engine.threads is None:
         engine.threads = local_threads(len(os.sched_getaffinity(0)),
                                        engine_sets * engine.replicas * engine.tensor_parallel_size)
 

@@ -50,8 +50,8 @@ def problems(sweep: SweepConfig) -> list[str]:
 def _refusals(key: str, ck: Checkpoint, engine: EngineConfig) -> list[str]:
     from vllm.config import ParallelConfig
 
+    from handoff.engine.factory import engine_settings
     from handoff.engine.vllm_engine import engine_args
-    from handoff.sweep.engines import engine_settings
 
     settings = engine_settings(ck, engine)
     args = engine_args(settings)

@@ -224,7 +224,7 @@ def tool_prompt(chat: ChatFormat, request: str) -> list[int]:
 
 
 def tiny_tools(domain: str) -> list[dict]:
-    from handoff.testing.tiny import domain_tools
+    from handoff.engine.tiny import domain_tools
 
     return [t for t in domain_tools()[domain] if t["function"]["name"] in (
         "get_reservation_details", "get_order_details", "transfer_to_human_agents")]

@@ -1,17 +1,19 @@
-"""In-place weight reload (AsyncVLLMEngine.reload; a rolling sweep's engine slot moving on to a
-checkpoint of the same architecture): greedy outputs after a reload equal a fresh engine's, with the
-prompt cached on the old weights and a request running during the reload."""
+"""In-place weight reload (AsyncVLLMEngine.reload, the AsyncEngine's, and reload_weights under it; a
+rolling sweep's engine slot moving on to a checkpoint of the same architecture): greedy outputs after
+a reload equal a fresh engine's, with the prompt cached on the old weights and a request running
+during the reload."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from handoff.engine import models
 from handoff.engine.base import Sampling
+from handoff.engine.scripted import light_tokenizer
 from handoff.engine.vllm_engine import AsyncVLLMEngine, EngineSettings, RequestAborted, reloadable
-from handoff.sweep.engines import light_tokenizer
 from handoff.testing.checkpoints import perturbed_copy
 from tests.engine.test_engine import need
 
@@ -37,17 +39,18 @@ async def _reload_while_a_request_runs(base: str, other: str, prompt: list[int],
     engine = AsyncVLLMEngine(settings(other, max_model_len=2048))
     try:
         fresh = await _answer(engine, prompt)
-        await engine.reload(settings(base, max_model_len=2048))
+        await engine.reload_weights(settings(base, max_model_len=2048))
         long = asyncio.ensure_future(engine.generate(count, Sampling(max_tokens=1500), "long"))
         while await engine._llm.reset_prefix_cache():  # vLLM resets only while no request holds blocks
             await asyncio.sleep(0.05)
         before = await _answer(engine, prompt)  # the prompt's blocks, of base's weights, are cached now
-        await engine.reload(settings(other, max_model_len=2048))
+        checkpoint = SimpleNamespace(name="other", path=other, tokenizer=None, max_model_len=2048)  # a ModelRef
+        assert await engine.reload(checkpoint), "the same architecture and settings reload in place"
         after = await _answer(engine, prompt)
         long_outcome = await asyncio.gather(long, return_exceptions=True)
         return fresh, before, after, long_outcome[0]
     finally:
-        engine.shutdown()
+        await engine.shutdown()
 
 
 @pytest.mark.real_engine

@@ -27,7 +27,7 @@ from tau2.utils.utils import get_dict_hash
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.fasteval import evaluate_simulation, make_environment
 from handoff.fasteval.environments import _spec
-from handoff.testing.replay import replay, tau2_reward_info, wrong_write_variants
+from handoff.fasteval.replay import replay, tau2_reward_info, wrong_write_variants
 
 DOMAINS = ["airline", "retail"]
 WRONG_WRITE_STRIDE = 5

@@ -10,9 +10,9 @@ from omegaconf import OmegaConf
 
 import handoff  # noqa: F401
 from bench.scripted import model_path
+from handoff.engine.scripted import handoff_decision, seed_draw
 from handoff.rundir import RunPaths
 from handoff.sweep.config import ConfigError, validate
-from handoff.sweep.engines import handoff_decision, seed_draw
 from handoff.sweep.plan import episode_seed
 from handoff.sweep.run import compose, run_sweep
 from handoff.tasks.labels import load_labels

@@ -303,7 +303,7 @@ def test_engines_must_fit_the_cluster(tmp_path):
 def test_tensor_parallel_replicas_use_vllms_multiprocessing_executor(tmp_path):
     """TP>1, on GPUs as on CPUs: vLLM's multiprocessing executor (its workers are child processes of
     the replica's actor, which holds all their resources); TP=1: vLLM's default (one process)."""
-    from handoff.sweep.engines import engine_settings, executor_backend
+    from handoff.engine.factory import engine_settings, executor_backend
 
     def backend(*overrides):
         cfg = validate(compose([f"run_dir={tmp_path}/r", *overrides]))
@@ -314,6 +314,19 @@ def test_tensor_parallel_replicas_use_vllms_multiprocessing_executor(tmp_path):
     assert backend("engine=cpu", "engine.tensor_parallel_size=2") == "mp"
     assert backend("engine=gpu") is None
     assert backend() is None
+
+
+def test_an_in_place_reload_targets_the_settings_a_new_engine_of_the_checkpoint_gets(tmp_path):
+    """AsyncEngine.reload(checkpoint) of a vLLM engine: its settings for the new checkpoint equal what
+    the factory builds a new engine of that checkpoint with, so `reloadable` compares like with like."""
+    from handoff.engine.factory import engine_settings
+    from handoff.engine.vllm_engine import checkpoint_settings
+
+    cfg = validate(compose([f"run_dir={tmp_path}/r", "engine=cpu", "engine.tensor_parallel_size=2"]))
+    held = engine_settings(cfg.user.model, cfg.engine)
+    for update in ({"path": str(tmp_path)}, {"tokenizer": str(tmp_path)}, {"max_model_len": 2048}):
+        other = cfg.user.model.model_copy(update=update)
+        assert checkpoint_settings(held, other) == engine_settings(other, cfg.engine) != held
 
 
 def test_a_tensor_parallel_replica_takes_engine_cpus_per_worker_on_one_node(tmp_path):

@@ -1,7 +1,7 @@
 """Behavioural proof of every derived task with tau2's own evaluator (`evaluate_simulation`, ALL).
 
 Three scripted agents per task, each a SimulationRun built from real tool results
-(handoff.testing.replay) and scored by tau2; what each must score is its kind's (`Kind.expected`,
+(handoff.fasteval.replay) and scored by tau2; what each must score is its kind's (`Kind.expected`,
 handoff.tasks.build.kinds):
 
 - `gold`: the task's reference actions, then its communicate_info: must score 1;
@@ -53,7 +53,7 @@ def rewards(domain: str, task, agents: tuple[str, ...] = AGENTS, fast: bool = Fa
     handoff.fasteval's copy-on-write environment of the domain (tau2's own Environment and tools over a
     shared database snapshot, registered in tau2's registry) instead of reloading db.json each time."""
     from handoff.fasteval.environments import fast_domain
-    from handoff.testing.replay import replay, tau2_reward_info
+    from handoff.fasteval.replay import replay, tau2_reward_info
 
     evaluated = fast_domain(domain) if fast else domain
     return {name: tau2_reward_info(_simulation(replay, task, domain, name), task, evaluated).reward
