@@ -85,6 +85,9 @@ def summarize(accuracy: dict[str, float], runs: list[dict], tasks, args) -> dict
             "status_counts": {s: statuses.count(s) for s in sorted(set(statuses))},
             "episodes_mean": sum(spent) / len(runs), "episodes_max": max(spent), "fixed_episodes": fixed,
             "fraction_of_fixed_max": max(spent) / fixed,
+            "seeds_over_a_third": sum(e > fixed / 3 for e in spent),
+            "decided_at_round": _counts(r["verdicts"][c].round for r in runs
+                                        if r["verdicts"][c].status in ("tied", "worse")),
             "false_decision_rate": (sum(s != "worse" for s in statuses) if truly_worse
                                     else sum(s == "worse" for s in statuses)) / len(runs),
             "kept_though_worse_rate": sum(s in ("best", "tied") for s in statuses) / len(runs) if truly_worse else None,
@@ -94,6 +97,11 @@ def summarize(accuracy: dict[str, float], runs: list[dict], tasks, args) -> dict
     return {"checkpoints": per, "episodes_mean": spent_all, "fixed_episodes": fixed * len(accuracy),
             "fraction_of_fixed": spent_all / (fixed * len(accuracy)),
             "rounds_mean": sum(r["rounds"] for r in runs) / len(runs)}
+
+
+def _counts(values) -> dict:
+    values = list(values)
+    return {v: values.count(v) for v in sorted(set(values))}
 
 
 def identical_pair_told_apart(tasks, args) -> int:

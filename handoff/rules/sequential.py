@@ -19,9 +19,18 @@ looked at, and its running intersection over rounds too. The estimand is the dif
 tasks (each weighted equally), not on tasks the benchmark lacks.
 
 A round's bet is WSR's predictable plug-in for the observations there will be at its end, from the
-variance of the rounds before (a prior 1/4 counted as one observation), truncated as WSR do:
-lambda+-(m) = min(sqrt(2 log(2 / alpha) / (sigmahat^2 n)), 0.75 / m or 0.75 / (1 - m)). Candidate
-means are a grid of GRID points; the CS is widened to the next point outside on either side.
+variance of the rounds before (a prior variance PRIOR_VARIANCE = 1/16 counted as one observation),
+truncated as WSR do: lambda+-(m) = min(sqrt(2 log(2 / alpha) / (sigmahat^2 n)), 0.75 / m or
+0.75 / (1 - m)). Any bet fixed before the round keeps the CS valid; the prior only sets how much
+round 1, which has no variance to go by, stakes (1/4, the largest a [0, 1] variable can have, left
+a clear gap undecided after two rounds in 5% of sweeps; docs/benchmarks.md). Candidate means are a
+grid of GRID points; the CS is widened to the next point outside on either side.
+
+One-sided (`one_sided=True`, what the adaptive sweep decides with): K+ and K- are not averaged;
+each end is a one-sided bound at `confidence` on its own (lo: the lowest m K+ has not excluded,
+K+_t(m) < 1 / alpha at every round; hi: the same with K-), with log(1 / alpha) in the bet. Each
+end misses with probability <= alpha by Ville's inequality; the interval as a whole holds with
+probability >= 1 - 2 alpha.
 """
 
 import math
@@ -35,6 +44,7 @@ from tau2.metrics.agent_metrics import is_successful
 from handoff.rules.score import EpisodeScore
 
 TRUNCATION = 0.75
+PRIOR_VARIANCE = 1 / 16
 GRID = 4001
 EpisodeKey = tuple[str, str, int]  # (domain, task id, trial)
 Value = Callable[[EpisodeScore], float | None]  # an episode's metric in [0, 1]; None: not counted
@@ -59,53 +69,73 @@ class SequenceBound(BaseModel):
     n: int
 
 
-def confidence_sequence(rounds: Sequence[Sequence[float]], confidence: float) -> SequenceBound:
+def confidence_sequence(rounds: Sequence[Sequence[float]], confidence: float,
+                        one_sided: bool = False) -> SequenceBound:
     """The CS (module docstring) for the mean paired difference after the last round, from the
     observations (each in [-1, 1]) of every round in order: the running intersection of its value
-    after each round."""
-    return sequence_bounds(rounds, confidence)[-1] if rounds else SequenceBound(estimate=None, lo=-1, hi=1, n=0)
+    after each round. `one_sided`: each end is a one-sided bound at `confidence` (lo from K+ alone,
+    hi from K- alone; the interval as a whole at 2 confidence - 1)."""
+    if not rounds:
+        return SequenceBound(estimate=None, lo=-1, hi=1, n=0)
+    return sequence_bounds(rounds, confidence, one_sided)[-1]
 
 
-def sequence_bounds(rounds: Sequence[Sequence[float]], confidence: float) -> list[SequenceBound]:
+def sequence_bounds(rounds: Sequence[Sequence[float]], confidence: float,
+                    one_sided: bool = False) -> list[SequenceBound]:
     """The CS after each round."""
     if any(abs(x) > 1 + 1e-12 for xs in rounds for x in xs):
         raise ValueError("paired differences must lie in [-1, 1]")
     alpha = 1 - confidence
+    threshold = math.log(1 / alpha)
     m = np.linspace(0.0, 1.0, GRID)
-    log_up, log_down, inside = np.zeros(GRID), np.zeros(GRID), np.ones(GRID, dtype=bool)
+    log_up, log_down = np.zeros(GRID), np.zeros(GRID)
+    below, above = np.ones(GRID, dtype=bool), np.ones(GRID, dtype=bool)  # not excluded from below / above
     seen: list[float] = []
     out = []
     for xs in rounds:
         ys = (np.asarray(xs, dtype=float) + 1) / 2
-        lam = plug_in_bet(seen, len(seen) + len(ys), alpha)
+        lam = plug_in_bet(seen, len(seen) + len(ys), alpha, one_sided)
         with np.errstate(divide="ignore"):
             up, down = np.minimum(lam, TRUNCATION / m), np.minimum(lam, TRUNCATION / (1 - m))
         deviation = ys[:, None] - m[None, :]
         log_up += np.log1p(up * deviation).sum(axis=0)
         log_down += np.log1p(-down * deviation).sum(axis=0)
-        inside &= np.logaddexp(log_up, log_down) - math.log(2) < math.log(1 / alpha)
+        if one_sided:
+            below &= log_up < threshold
+            above &= log_down < threshold
+        else:
+            below &= np.logaddexp(log_up, log_down) - math.log(2) < threshold
+            above = below
         seen += ys.tolist()
-        out.append(_bound(m, inside, seen))
+        out.append(_bound(m, below, above, seen))
     return out
 
 
-def _bound(m: np.ndarray, inside: np.ndarray, seen: list[float]) -> SequenceBound:
+def _bound(m: np.ndarray, below: np.ndarray, above: np.ndarray, seen: list[float]) -> SequenceBound:
+    """lo: the lowest m that K+ (or the hedged capital) has not excluded, widened one grid point
+    outward; hi: the highest that K- has not."""
     if not seen:
         return SequenceBound(estimate=None, lo=-1.0, hi=1.0, n=0)
-    kept = np.nonzero(inside)[0]
-    if not kept.size:  # an empty intersection: a (1 - confidence) event; say so rather than guess
-        mean = float(np.mean(seen))
+    mean = float(np.mean(seen))
+    low, high = np.nonzero(below)[0], np.nonzero(above)[0]
+    if not low.size or not high.size or low[0] > high[-1]:  # empty: a (1 - confidence) event; say so
         return SequenceBound(estimate=2 * mean - 1, lo=2 * mean - 1, hi=2 * mean - 1, n=len(seen))
-    lo, hi = m[max(kept[0] - 1, 0)], m[min(kept[-1] + 1, GRID - 1)]
-    return SequenceBound(estimate=2 * float(np.mean(seen)) - 1, lo=2 * lo - 1, hi=2 * hi - 1, n=len(seen))
+    lo, hi = m[max(low[0] - 1, 0)], m[min(high[-1] + 1, GRID - 1)]
+    return SequenceBound(estimate=2 * mean - 1, lo=2 * lo - 1, hi=2 * hi - 1, n=len(seen))
 
 
-def plug_in_bet(seen: Sequence[float], n_after: int, alpha: float) -> float:
+def plug_in_bet(seen: Sequence[float], n_after: int, alpha: float, one_sided: bool = False) -> float:
     """A round's lambda before truncation, from the observations (in [0, 1]) before it, for
-    `n_after` observations at its end."""
+    `n_after` observations at its end: WSR's plug-in sqrt(2 log(2 / alpha) / (variance n)), or
+    sqrt(2 log(1 / alpha) / (variance n)) for one-sided bounds."""
+    variance = _variance(seen)
+    return math.sqrt(2 * math.log((1 if one_sided else 2) / alpha) / (variance * max(n_after, 1)))
+
+
+def _variance(seen: Sequence[float]) -> float:
+    """The observations' variance, with a prior (mean 1/2, variance PRIOR_VARIANCE) counted as one."""
     mean = (0.5 + sum(seen)) / (1 + len(seen))
-    variance = (0.25 + sum((y - mean) ** 2 for y in seen)) / (1 + len(seen))
-    return math.sqrt(2 * math.log(2 / alpha) / (variance * max(n_after, 1)))
+    return (PRIOR_VARIANCE + sum((y - mean) ** 2 for y in seen)) / (1 + len(seen))
 
 
 def paired_observations(a: Mapping[EpisodeKey, float | None], b: Mapping[EpisodeKey, float | None],
@@ -149,9 +179,11 @@ def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Ma
     """Every checkpoint's Verdict after round `round_` (1-based) from its episodes' values
     (episode_values). Those decided tied or worse before keep their verdict; of the others the one
     of highest mean is the best (the first in `values` on a tie), and each other is compared with
-    it. Each comparison's CS is at confidence 1 - (1 - confidence) / (checkpoints - 1) (Bonferroni
-    over the others), so that a checkpoint is falsely decided against any best with probability
-    at most 1 - confidence."""
+    it. Each comparison's CS is one-sided at each end, at confidence 1 - (1 - confidence) /
+    (checkpoints - 1) (Bonferroni over the others): `worse` rests on its upper end alone and `tied`
+    on its lower end alone, and for a given pair only one of the two can be false (the true
+    difference is either below -margin or not), so a checkpoint is falsely decided against any
+    best with probability at most 1 - confidence."""
     verdicts = {c: v for c, v in previous.items() if v.status in ("tied", "worse")}
     running = [c for c in values if c not in verdicts]
     means = {c: _mean(values[c]) for c in values}
@@ -163,7 +195,7 @@ def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Ma
             verdicts[c] = Verdict(status="best", mean=means[c], round=round_, episodes=episodes)
             continue
         pairs = paired_observations(values[c], values[best], round_trials, max_trials)
-        cs = confidence_sequence(pairs, per_pair)
+        cs = confidence_sequence(pairs, per_pair, one_sided=True)
         status = "worse" if cs.hi < -margin else "tied" if cs.lo > -margin else "undecided"
         verdicts[c] = Verdict(status=status, mean=means[c], vs_best=cs, round=round_, episodes=episodes)
     return {c: verdicts[c] for c in values}

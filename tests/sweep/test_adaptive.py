@@ -68,8 +68,9 @@ def _shard_files(run_dir: Path) -> dict[str, float]:
 def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_cluster, tmp_path):
     """Known answers (accuracy 0, 1, 1) over 8 tasks, 2 rounds of 1 trial, margin 0: round 1 (the
     rolling schedule: its one agent replica reloaded in place from checkpoint to checkpoint) decides
-    the first checkpoint worse; the run stops inside round 2, after one checkpoint's shards; the
-    resume (sequential) finishes round 2 for the two others without rerunning anything."""
+    the first checkpoint worse; the run stops inside round 2, one checkpoint's round-2 shards done
+    (run by the same driver as round 1: one engine start fewer); the resume (sequential) finishes
+    round 2 for the two others without rerunning anything."""
     from handoff.report.adaptive import recorded_rounds
     from handoff.sweep.adaptive import run_rounds
     from handoff.sweep.run import _execute, prepare
@@ -81,10 +82,10 @@ def test_an_adaptive_sweep_drops_the_worse_checkpoint_and_resumes_mid_round(ray_
     overrides = [*_adaptive(run_dir, "rolling", ckpts), "engine.replicas=1", f"engine.script.service_log={log}"]
 
     def interrupted(prepared, progress, shards):
-        if not prepared.manifest.adaptive:
-            return _execute(prepared, progress, shards)
-        _execute(prepared, progress, [s for s in shards if s.model == "policy-step2"])
-        raise KeyboardInterrupt  # the driver stopped mid-round
+        if prepared.manifest.adaptive:
+            raise KeyboardInterrupt  # round 2's driver stopped after policy-step2's shards
+        ahead = [s for s in prepared.shards if s.model == "policy-step2" and s.trial == 1]
+        return _execute(prepared, progress, shards + ahead)
 
     prepared = prepare(compose(overrides), overrides)
     try:
