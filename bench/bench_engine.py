@@ -49,11 +49,13 @@ class RecordingHost(EngineHost):
         super().__init__(*args)
         self.log: list = []
 
-    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None, label=None) -> dict:
+    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None, label=None, alone=False) -> dict:
         started = time.time()
-        out = await super().generate(prompt_ids, sampling, request_id, checkpoint, label)
+        out = await super().generate(prompt_ids, sampling, request_id, checkpoint, label, alone)
         self.log.append((list(prompt_ids), sampling, started, time.time(), len(out["token_ids"])))
         return out
+
+    generate.__ray_max_task_retries__ = 0  # as EngineHost.generate's: its clients resubmit
 
     async def recorded(self) -> tuple[list, dict]:
         """The requests served so far, and the engine's counters (handoff.engine's EngineStats)."""

@@ -1,9 +1,15 @@
-"""The sweep driver: starts engine actors checkpoint by checkpoint (plus the user simulator's, kept
-for the whole sweep and shared when it is the same checkpoint), feeds episodes to the worker
-pool, records each finished episode at once, writes each finished shard atomically, and retries.
+"""The sweep driver: feeds episodes to the worker pool, records each finished episode at once,
+writes each finished shard atomically, and retries. Its engine pool (handoff.sweep.pool) starts the
+engines checkpoint by checkpoint (plus the user simulator's, kept for the whole sweep and shared when
+it is the same checkpoint), routes around a replica that does not start while others of its set do,
+and stops them.
 
-Ray restarts crashed actors: a killed engine replica is restarted and its requests retried there;
-a killed worker is restarted and the driver resubmits the episodes it was running.
+Ray restarts crashed actors and retries none of their episodes' requests: a killed engine replica is
+restarted and the episodes' clients resubmit their requests there (engines.RayEngineClient: a
+request that kills its replica each time it runs there alone fails its episode, never the replica);
+a replica that cannot rebuild its engine after a restart takes itself out of service, and its
+episodes go to the replicas that serve; a killed worker is restarted and the driver resubmits the
+episodes it was running.
 
 Lost infrastructure is not the episodes' fault. While an engine replica or a worker is unavailable
 (its node died, Ray is restarting it) the driver dispatches nothing to it: episodes go to the
@@ -189,8 +195,7 @@ class Driver:
         sweep goes on to its report."""
         try:
             return self.pool.await_ready(ref)
-        except Exception as exc:  # noqa: BLE001 - each shard records it
-            self.pool.stop(ref)
+        except Exception as exc:  # noqa: BLE001 - each shard records it (await_ready stopped the replicas)
             self.engine_not_started(f"the user simulator ({ref.checkpoint.name})", pending, exc)
             return None
         finally:

@@ -87,8 +87,13 @@ class EnginePool:
 
     def await_ready(self, ref: EngineRef) -> EngineRef:
         """The replicas of `ref` that loaded within engine.load_timeout_s; the others are stopped
-        (routed around). Raises EngineStartError (TimeoutError when every one ran late) when none did."""
-        results = self.placement.await_ready(ref.replicas, self.cfg.engine.load_timeout_s)
+        (routed around). Raises EngineStartError (TimeoutError when every one ran late) when none did,
+        every replica stopped (their placement groups freed for the next checkpoint)."""
+        try:
+            results = self.placement.await_ready(ref.replicas, self.cfg.engine.load_timeout_s)
+        except BaseException:
+            self.stop(ref)
+            raise
         loaded = [r for r, error in zip(ref.replicas, results) if error is None]
         failed = [(r, error) for r, error in zip(ref.replicas, results) if error is not None]
         for replica, error in failed:
@@ -105,14 +110,8 @@ class EnginePool:
         return EngineRef(ref.checkpoint, loaded, ref.role)
 
     def start(self, ck: Checkpoint, role: str) -> EngineRef:
-        """Launch the replicas and wait until they are loaded; replicas of a start that failed or
-        timed out are stopped (their placement groups freed for the next checkpoint)."""
-        ref = self.launch(ck, role)
-        try:
-            return self.await_ready(ref)
-        except BaseException:
-            self.stop(ref)
-            raise
+        """Launch the replicas and wait until they are loaded (await_ready)."""
+        return self.await_ready(self.launch(ck, role))
 
     def stop(self, ref: EngineRef | None) -> None:
         for replica in ref.replicas if ref else []:
