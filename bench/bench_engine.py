@@ -38,6 +38,8 @@ import handoff  # noqa: F401
 from bench.common import report
 from handoff.sweep.driver import Driver
 from handoff.sweep.engines import EngineHost
+from handoff.sweep.logs import log_dir
+from handoff.sweep.pool import RayPlacement
 
 
 class RecordingHost(EngineHost):
@@ -47,11 +49,13 @@ class RecordingHost(EngineHost):
         super().__init__(*args)
         self.log: list = []
 
-    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None, label=None) -> dict:
+    async def generate(self, prompt_ids, sampling, request_id, checkpoint=None, label=None, alone=False) -> dict:
         started = time.time()
-        out = await super().generate(prompt_ids, sampling, request_id, checkpoint, label)
+        out = await super().generate(prompt_ids, sampling, request_id, checkpoint, label, alone)
         self.log.append((list(prompt_ids), sampling, started, time.time(), len(out["token_ids"])))
         return out
+
+    generate.__ray_max_task_retries__ = 0  # as EngineHost.generate's: its clients resubmit
 
     async def recorded(self) -> tuple[list, dict]:
         """The requests served so far, and the engine's counters (handoff.engine's EngineStats)."""
@@ -63,40 +67,61 @@ class RecordingHost(EngineHost):
         return {"torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
 
 
+class RecordingPlacement(RayPlacement):
+    """The sweep's Ray placement with RecordingHost engines; keeps the first replica's records (and
+    ends the profiles) before stopping it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.replicas: list = []
+        self.spies: list = []
+
+    def start(self, ck, role: str):
+        replica = recording_engine(ck, self.cfg.engine, role)
+        self.replicas.append(replica)
+        return replica
+
+    def stop(self, replica) -> None:
+        import ray
+
+        if self.replicas and replica is self.replicas[0] and not hasattr(self, "records"):
+            for spy in self.spies:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=120)
+            self.records, self.stats = ray.get(replica.recorded.remote(), timeout=120)
+        super().stop(replica)
+
+
 class RecordingDriver(Driver):
-    """The sweep's driver with RecordingHost engines; keeps their records before stopping them and
-    profiles the engine and worker processes with py-spy while episodes run (`profile_dir`)."""
+    """The sweep's driver with RecordingHost engines (RecordingPlacement); profiles the engine and
+    worker processes with py-spy while episodes run (`profile_dir`)."""
 
     profile_dir: Path | None = None
 
-    def new_engine(self, ck, role: str):
-        return recording_engine(ck, self.cfg.engine, role)
+    def __init__(self, cfg, run, *args, **kwargs):
+        super().__init__(cfg, run, *args, placement=RecordingPlacement(cfg, log_dir(run.root, cfg.verbose)), **kwargs)
 
-    def launch_engines(self, ck, role: str):
-        ref = super().launch_engines(ck, role)
-        self.replicas = ref.replicas
-        return ref
+    @property
+    def records(self) -> list:
+        return self.pool.placement.records
+
+    @property
+    def stats(self) -> dict:
+        return self.pool.placement.stats
 
     def wait_workers(self) -> None:
         super().wait_workers()
-        engine_pid = self.ray.get(self.replicas[0].ready.remote(), timeout=self.cfg.engine.load_timeout_s)
-        self.info = self.ray.get(self.replicas[0].threads.remote(), timeout=60)
+        replica = self.pool.placement.replicas[0]
+        engine_pid = self.ray.get(replica.ready.remote(), timeout=self.cfg.engine.load_timeout_s)
+        self.info = self.ray.get(replica.threads.remote(), timeout=60)
         if self.profile_dir is not None:
             pids = {f"worker{i}": p for i, p in enumerate(self.ray.get([w.ping.remote() for w in self.workers]))}
-            self.spies = [py_spy(pid, self.profile_dir / f"{name}.json") for name, pid in
-                          {"engine": engine_pid, **pids}.items()]
-
-    def stop_engines(self, ref) -> None:
-        for spy in getattr(self, "spies", []):
-            spy.send_signal(signal.SIGINT)
-            spy.wait(timeout=120)
-        if ref is not None:
-            self.records, self.stats = self.ray.get(ref.replicas[0].recorded.remote(), timeout=120)
-        super().stop_engines(ref)
+            self.pool.placement.spies = [py_spy(pid, self.profile_dir / f"{name}.json") for name, pid in
+                                         {"engine": engine_pid, **pids}.items()]
 
 
 def recording_engine(ck, e, role: str):
-    """A RecordingHost actor as the driver starts engine actors (handoff.sweep.driver.Driver.new_engine)."""
+    """A RecordingHost actor as the driver starts engine actors (handoff.sweep.pool.RayPlacement.start)."""
     import ray
 
     from handoff.sweep.engines import actor_env

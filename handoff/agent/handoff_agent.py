@@ -27,7 +27,7 @@ from tau2.environment.tool import Tool
 from handoff.agent.context import TokenContext, completion_text
 from handoff.agent.messages import to_chat_dicts
 from handoff.agent.parsing import ToolCallParser
-from handoff.engine.base import ContextOverflowError, Engine, Generation, Sampling
+from handoff.engine.base import ContextOverflowError, Engine, Generation, PoisonRequestError, Sampling
 from handoff.rules.events import FormatKind
 
 INTERNAL_STOP = "###STOP###"
@@ -146,6 +146,8 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
             generation = self.engine.generate(list(self.context.ids), sampling, self.session_id)
         except ContextOverflowError as exc:  # the engine's window is smaller than max_context_tokens
             return self._stop("context_window_exceeded", None, str(exc), assistant_index)
+        except PoisonRequestError as exc:  # the request kills its engine: the episode ends on it
+            return self._stop("agent_error", None, str(exc), assistant_index)
         self._account(generation)
         if generation.finish_reason == "abort":
             raise EngineAborted("the engine aborted the agent's request")

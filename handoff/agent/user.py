@@ -14,7 +14,7 @@ from tau2.user.user_simulator import UserSimulator
 from handoff.agent.context import completion_text
 from handoff.agent.handoff_agent import EngineAborted
 from handoff.agent.messages import to_chat_dicts
-from handoff.engine.base import ContextOverflowError, Engine, Sampling
+from handoff.engine.base import ContextOverflowError, Engine, PoisonRequestError, Sampling
 from handoff.settings import UserSimulatorConfig
 
 
@@ -27,7 +27,8 @@ class UserSpec(UserSimulatorConfig):
 class EngineUserSimulator(UserSimulator):
     """tau2's UserSimulator with generation on an Engine instead of litellm. The user simulator
     does not call tools in airline and retail; a user whose reply is empty or whose prompt no
-    longer fits raises UserError (the episode ends with user_error). A request the engine aborted
+    longer fits, or whose request kills its engine (PoisonRequestError), raises UserError (the episode
+    ends with user_error). A request the engine aborted
     raises EngineAborted, as the agent's does: its partial text is no one's words."""
 
     def __init__(
@@ -61,7 +62,7 @@ class EngineUserSimulator(UserSimulator):
         sampling = self.sampling.model_copy(update={"max_tokens": min(self.sampling.max_tokens, room)})
         try:
             generation = self.engine.generate(prompt, sampling, self.session_id)
-        except ContextOverflowError as exc:
+        except (ContextOverflowError, PoisonRequestError) as exc:  # a request that kills its engine ends the episode
             raise UserError(f"user simulator: {exc}") from exc
         if generation.finish_reason == "abort":  # before its text is read: neither a reply nor a user_error
             raise EngineAborted("the engine aborted the user simulator's request")

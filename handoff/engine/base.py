@@ -86,6 +86,12 @@ class ContextOverflowError(ValueError):
         self.max_model_len = max_model_len
 
 
+class PoisonRequestError(RuntimeError):
+    """A request that killed its engine each time it was served there alone (a prompt that crashes the
+    engine or runs it out of memory): the episode's own failure, never retried. The agent ends its
+    episode with an engine error (agent_error), the user simulator with user_error."""
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Synchronous engine interface used by the agent and the user simulator.

@@ -1,9 +1,15 @@
-"""The sweep driver: starts engine actors checkpoint by checkpoint (plus the user simulator's, kept
-for the whole sweep and shared when it is the same checkpoint), feeds episodes to the worker
-pool, records each finished episode at once, writes each finished shard atomically, and retries.
+"""The sweep driver: feeds episodes to the worker pool, records each finished episode at once,
+writes each finished shard atomically, and retries. Its engine pool (handoff.sweep.pool) starts the
+engines checkpoint by checkpoint (plus the user simulator's, kept for the whole sweep and shared when
+it is the same checkpoint), routes around a replica that does not start while others of its set do,
+and stops them.
 
-Ray restarts crashed actors: a killed engine replica is restarted and its requests retried there;
-a killed worker is restarted and the driver resubmits the episodes it was running.
+Ray restarts crashed actors and retries none of their episodes' requests: a killed engine replica is
+restarted and the episodes' clients resubmit their requests there (engines.RayEngineClient: a
+request that kills its replica each time it runs there alone fails its episode, never the replica);
+a replica that cannot rebuild its engine after a restart takes itself out of service, and its
+episodes go to the replicas that serve; a killed worker is restarted and the driver resubmits the
+episodes it was running.
 
 Lost infrastructure is not the episodes' fault. While an engine replica or a worker is unavailable
 (its node died, Ray is restarting it) the driver dispatches nothing to it: episodes go to the
@@ -33,19 +39,13 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
-from handoff.engine.factory import engine_kind, one_engine
 from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
-from handoff.sweep.engines import (
-    EngineHost,
-    actor_env,
-    actor_state,
-    replica_options,
-)
 from handoff.sweep.failures import Place, ShardFailure, actor_place, classify, nodes_alive
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks
+from handoff.sweep.pool import EnginePool, Placement, RayPlacement
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
@@ -140,20 +140,20 @@ def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float
 
 class Driver:
     def __init__(self, cfg: SweepConfig, run: SweepRun, ckpts: list[Checkpoint], shards: list[Shard],
-                 progress: bool = True, worker_cls: type = EpisodeWorker):
-        self.cfg, self.run, self.ckpts = cfg, run, ckpts
-        self.user_ck = user_checkpoint(cfg)  # the user simulator's engine checkpoint, if any
+                 progress: bool = True, worker_cls: type = EpisodeWorker, placement: Placement | None = None):
+        self.cfg, self.run = cfg, run
+        self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
+        # the engines: which replicas run, for which checkpoint and role (Ray actors unless a test's placement)
+        self.pool = EnginePool(cfg, ckpts, user_checkpoint(cfg), placement or RayPlacement(cfg, self.log_dir))
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
         self.policy = FailurePolicy(cfg.max_attempts)  # what a failed episode costs, and who runs alone
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
-        self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
         self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # silent until execute() makes the sweep's bar
         self.workers: list = []
         self.load: list[int] = []
-        self.groups: dict[int, list] = {}  # placement groups of the replicas (TP>1)
         self.clocks = OutageClocks(cfg.engine.load_timeout_s)  # a pause and stranded checkpoints
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
@@ -162,89 +162,49 @@ class Driver:
     def pending(self) -> list[ShardState]:
         return [st for st in self.todo.values() if not st.complete]
 
-    # -- engines --------------------------------------------------------------------------------
-    def _user_checkpoint(self) -> Checkpoint | None:
-        return self.user_ck
+    # -- engines (the pool's) ---------------------------------------------------------------------
+    @property
+    def ckpts(self) -> list[Checkpoint]:
+        return self.pool.ckpts
 
-    def _shares_user_engine(self, ck: Checkpoint, user: Checkpoint | None) -> bool:
-        """Whether `ck` is served by the user simulator's engines: the same engine settings (path,
-        tokenizer, max_model_len), since an engine serves only what it was built for, and only where
-        its kind shares at all (EngineKind.shares_user_engine: the scripted engine with
-        engine.script.share_user_engine)."""
-        e = self.cfg.engine
-        return user is not None and engine_kind(e).shares_user_engine(e) and one_engine(ck, user, e)
+    @ckpts.setter
+    def ckpts(self, value: list[Checkpoint]) -> None:
+        self.pool.ckpts = value
 
-    def new_engine(self, ck: Checkpoint, role: str):
-        """One engine replica's actor; it loads `ck` on its first call. Ray places it at once: on a
-        GPU node, or in a placement group of its own (TP>1)."""
-        e = self.cfg.engine
-        options = replica_options(e)
-        actor = self.ray.remote(EngineHost).options(
-            **options, max_restarts=e.max_restarts, max_task_retries=-1, max_concurrency=1000,
-            runtime_env={"env_vars": actor_env(ck, e)})
-        handle = actor.remote(ck.model_dump(mode="json"), e.model_dump(mode="json"), role, self.log_dir)
-        if "scheduling_strategy" in options:
-            self.groups[handle._actor_id] = options["scheduling_strategy"].placement_group
-        return handle
+    @property
+    def user_ck(self) -> Checkpoint | None:
+        """The user simulator's engine checkpoint, if any."""
+        return self.pool.user
 
-    def launch_engines(self, ck: Checkpoint, role: str) -> EngineRef:
-        return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
-
-    def await_engines(self, ref: EngineRef) -> EngineRef:
-        try:
-            self.ray.get([r.ready.remote() for r in ref.replicas], timeout=self.cfg.engine.load_timeout_s)
-        except self.ray.exceptions.GetTimeoutError:
-            raise TimeoutError(self.load_timeout_error(ref.name)) from None
-        return ref
-
-    def load_timeout_error(self, name: str) -> str:
-        return (f"{name} did not start within engine.load_timeout_s={self.cfg.engine.load_timeout_s:g}s: "
-                f"each replica needs {self.replica_needs()} (see `ray status`)")
-
-    def replica_needs(self) -> str:
-        e = self.cfg.engine
-        return f"{e.num_gpus} GPU(s) and {e.replica_cpus:g} CPU(s) on one node"
-
-    def dead_error(self, ref: EngineRef) -> str:
-        return f"{ref.name}: every replica is dead (engine.max_restarts={self.cfg.engine.max_restarts} restarts spent)"
+    @user_ck.setter
+    def user_ck(self, value: Checkpoint | None) -> None:
+        self.pool.user = value
 
     def engine_not_started(self, name: str, states, error) -> None:
         """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
         for st in states:
             self._give_up(st, f"engine for {name} did not start: {error}"[-4000:], ShardFailure.ENGINE_START)
 
-    def start_engines(self, ck: Checkpoint, role: str) -> EngineRef:
-        """Launch the replicas and wait until they are loaded; replicas of a start that failed or
-        timed out are stopped (their placement groups freed for the next checkpoint)."""
-        ref = self.launch_engines(ck, role)
-        try:
-            return self.await_engines(ref)
-        except BaseException:
-            self.stop_engines(ref)
-            raise
+    def _start_agent(self, ck: Checkpoint, user_ref: EngineRef | None) -> EngineRef:
+        return EngineRef(ck, user_ref.replicas, "agent") if self.pool.shares_user_engine(ck) else \
+            self.pool.start(ck, "agent")
 
     def _await_user(self, ref: EngineRef, pending: list[ShardState]) -> EngineRef | None:
-        """The user simulator's engines, loaded; when they do not start, every pending shard fails
-        with the reason (as a checkpoint's own engines do), and the sweep goes on to its report."""
+        """The user simulator's engines that loaded (one that failed is routed around); when none
+        did, every pending shard fails with the reason (as a checkpoint's own engines do), and the
+        sweep goes on to its report."""
         try:
-            return self.await_engines(ref)
-        except Exception as exc:  # noqa: BLE001 - each shard records it
-            self.stop_engines(ref)
+            return self.pool.await_ready(ref)
+        except Exception as exc:  # noqa: BLE001 - each shard records it (await_ready stopped the replicas)
             self.engine_not_started(f"the user simulator ({ref.checkpoint.name})", pending, exc)
             return None
+        finally:
+            self._note_routed_around()
 
-    def stop_engines(self, ref: EngineRef | None) -> None:
-        for replica in ref.replicas if ref else []:
-            self.stop_engine(replica)
-
-    def stop_engine(self, replica) -> None:
-        """Kill one replica and free its placement group, if it has one."""
-        from ray.util.placement_group import remove_placement_group
-
-        self.ray.kill(replica)
-        group = self.groups.pop(replica._actor_id, None)
-        if group is not None:
-            remove_placement_group(group)
+    def _note_routed_around(self) -> None:
+        for line in self.pool.routed_around:
+            self.bar.write(line.splitlines()[0][:300])
+        self.pool.routed_around.clear()
 
     # -- workers --------------------------------------------------------------------------------
     def start_workers(self, pending: int) -> None:
@@ -252,7 +212,7 @@ class Driver:
         if w.processes is not None:
             n = w.processes
         else:
-            free = self.ray.cluster_resources().get("CPU", 1) - self._engine_cpus()
+            free = self.ray.cluster_resources().get("CPU", 1) - self.pool.engine_cpus()
             n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
         # A killed worker is restarted by Ray; the driver resubmits its episodes (no retries by Ray,
         # which the driver could not count: an episode that kills its worker every time must end).
@@ -266,14 +226,6 @@ class Driver:
         """Until every worker has imported tau2 (minutes on a busy machine)."""
         self.ray.get([h.ping.remote() for h in self.workers], timeout=max(600, self.cfg.engine.load_timeout_s))
 
-    def _engine_cpus(self) -> float:
-        return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.replica_cpus
-
-    def engine_sets(self) -> int:
-        """Engine sets alive at once: the current checkpoint's, plus the user's unless shared."""
-        user = self._user_checkpoint()
-        return 1 if user is None or all(self._shares_user_engine(c, user) for c in self.ckpts) else 2
-
     # -- the loop -------------------------------------------------------------------------------
     def execute(self) -> Summary:
         """Run the pending shards (Ray must be initialized)."""
@@ -282,29 +234,29 @@ class Driver:
         self.ray, todo = ray, self.todo
         res = self.ray.cluster_resources()
         nodes = [n["Resources"] for n in self.ray.nodes() if n["Alive"]]
-        check_resources(self.cfg, self.engine_sets(), res.get("CPU", 0), res.get("GPU", 0),
+        check_resources(self.cfg, self.pool.engine_sets(), res.get("CPU", 0), res.get("GPU", 0),
                         *(max((n.get(k, 0) for n in nodes), default=0) for k in ("GPU", "CPU")))
         missing = sum(len(st.shard.episodes) - len(st.records) for st in todo.values())
         bar = self.bar = Progress(self._episodes_per_checkpoint(), self.cfg.episode.max_steps, self.progress)
         self._postfix(bar)
         pending = self.pending
-        user_ck, user_ref = self._user_checkpoint(), None
+        user_ck, user_ref = self.user_ck, None
         try:
             if pending:  # engines are placed first (GPU nodes' CPUs), then workers take what is free
-                user_ref = self.launch_engines(user_ck, "user") if user_ck is not None else None
+                user_ref = self.pool.launch(user_ck, "user") if user_ck is not None else None
                 self.start_workers(missing)
                 self.wait_workers()  # they import tau2 while the engines load
                 user_ref = self._await_user(user_ref, pending) if user_ref is not None else None
                 pending = [st for st in pending if not st.failed]
             if pending and self.cfg.schedule == "rolling":
-                self._run_rolling(pending, user_ck, user_ref, bar)
+                self._run_rolling(pending, user_ref, bar)
             for ck in self.ckpts if self.cfg.schedule == "sequential" else []:
                 mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
-                    self._run_checkpoint(ck, mine, user_ck, user_ref, bar)
+                    self._run_checkpoint(ck, mine, user_ref, bar)
             self._fail_unaccounted(pending)
         finally:
-            self.stop_engines(user_ref)
+            self.pool.stop(user_ref)
             for w in self.workers:
                 self.ray.kill(w)
             bar.close()
@@ -339,28 +291,28 @@ class Driver:
                 self._finish(st)
         return todo
 
-    def _run_checkpoint(self, ck: Checkpoint, states: list[ShardState], user_ck: Checkpoint | None,
-                        user_ref: EngineRef | None, bar) -> None:
+    def _run_checkpoint(self, ck: Checkpoint, states: list[ShardState], user_ref: EngineRef | None, bar) -> None:
         """All shards of one checkpoint (every domain) on its engines, loaded once."""
-        shared = self._shares_user_engine(ck, user_ck)
+        shared = self.pool.shares_user_engine(ck)
         try:
-            agent_ref = EngineRef(ck, user_ref.replicas, "agent") if shared else self.start_engines(ck, "agent")
+            agent_ref = self._start_agent(ck, user_ref)
         except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot load fails its shards only
             self.engine_not_started(ck.name, states, exc)
             return
+        finally:
+            self._note_routed_around()
         try:
             self._run_shards(states, agent_ref, user_ref, bar)
         finally:
             if not shared:
-                self.stop_engines(agent_ref)
+                self.pool.stop(agent_ref)
 
-    def _run_rolling(self, pending: list[ShardState], user_ck: Checkpoint | None, user_ref: EngineRef | None,
-                     bar) -> None:
+    def _run_rolling(self, pending: list[ShardState], user_ref: EngineRef | None, bar) -> None:
         """Every checkpoint at once on engine slots that move on as work runs out (schedule.Rolling)."""
         queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in self.ckpts}
         queues = {name: q for name, q in queues.items() if q}
         pinned = {ck.name: EngineRef(ck, user_ref.replicas) for ck in self.ckpts
-                  if ck.name in queues and self._shares_user_engine(ck, user_ck)}
+                  if ck.name in queues and self.pool.shares_user_engine(ck)}
         cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
         placement = Rolling(self, self.ckpts, queues, cap, pinned)
         try:
@@ -458,7 +410,7 @@ class Driver:
         places = {i: actor_place(w) for i, w in enumerate(self.workers)}
         workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.policy.deaths.held]
         sets = agents + ([user] if user is not None else [])
-        state = {r._actor_id: actor_state(r) for ref in sets for r in ref.replicas}
+        state = self.pool.states(sets)
         alive = {a for a, s in state.items() if s == "ALIVE"}
         gone = {a for a, s in state.items() if s == "DEAD"}
         dead = [ref for ref in sets if all(r._actor_id in gone for r in ref.replicas)]
@@ -471,8 +423,8 @@ class Driver:
         tick = self.clocks.tick(now, bool(pausing), bool(stranded))
         for item in inflight.values():
             item.started += tick.credit_s
-        fatal = self.dead_error(user) if user in dead else ""
-        dead_sets = [(ref, self.dead_error(ref)) for ref in dead if ref is not user]
+        fatal = self.pool.dead_error(user) if user in dead else ""
+        dead_sets = [(ref, self.pool.dead_error(ref)) for ref in dead if ref is not user]
         if tick.pause_expired:
             fatal = fatal or self._outage_error(pausing)
         if tick.strand_expired:
@@ -489,7 +441,7 @@ class Driver:
                 "has them")
 
     def _unavailable(self, ref: EngineRef) -> str:
-        return f"{ref.name} (no replica alive: each needs {self.replica_needs()})"
+        return f"{ref.name} (no replica alive: each needs {self.pool.replica_needs()})"
 
     def _abandon(self, error: str, bar, states: list[ShardState]) -> None:
         """Fail the unfinished shards of `states` with `error` (their finished episodes stay in

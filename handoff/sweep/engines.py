@@ -3,22 +3,30 @@
 `EngineHost` is the body of an async Ray actor: one replica of one checkpoint, hosting an
 AsyncEngine (handoff.engine.base) of engine.kind, built by handoff.engine.factory: AsyncVLLMEngine
 (GPU or CPU build) or, for tests and dry runs, the stateless scripted engine. The engine is built on
-the first request, so an actor that Ray restarts after a crash reloads its checkpoint by itself and
-the retried requests find it ready.
+the first request, so an actor that Ray restarts after a crash reloads its checkpoint by itself. A
+restarted replica whose engine does not build again takes itself out of service (it ends its actor
+for good, which Ray does not restart): its requests fail as "actor died" and their episodes go to
+the replicas that serve, instead of failing on it one by one.
 
 `RayEngineClient` is what episodes see: a synchronous handoff.engine.base.Engine that routes every
 request of a session (a conversation) to the same replica, so vLLM's prefix cache is reused turn
-after turn. While its replica is unavailable (its node died, Ray is restarting it) a request waits,
-up to `engine.load_timeout_s`, for the replacement (Ray retries it there); only then, or when the
-replica is dead for good, it raises EngineUnavailableError, which the driver does not count as a
-failure of the episode.
+after turn. Ray does not retry a request whose replica died (`max_task_retries=0` on `generate`; the
+actor's loads are retried): the client resubmits it once the replica is back, as a suspect that runs
+there alone (`enter_alone`: the replica's `Lane` lets nothing else run meanwhile). Only a death while
+a request ran alone is its doing; after REQUEST_DEATHS of those it fails with PoisonRequestError, the
+episode's own failure (the agent ends the episode with agent_error, the user simulator with
+user_error), and the replica, its restarts not spent, serves the others. While its replica is
+unavailable (its node died, Ray is restarting it) a request waits, up to `engine.load_timeout_s`,
+for the replacement; only then, or when the replica is dead for good, it raises
+EngineUnavailableError, which the driver does not count as a failure of the episode.
 
 Placement: a replica holds `cpus` CPUs per tensor-parallel rank and, on GPU, its GPUs: one actor
 with `num_gpus=1` for tensor_parallel_size=1, else an actor in a placement group of its own whose one
 bundle holds every GPU and CPU of the replica (on one node), where vLLM's multiprocessing executor
-starts its tensor-parallel workers as the actor's child processes (`executor_backend`). A replica
-whose vLLM engine died (its engine core or one of its workers was killed) ends its actor's process,
-so that Ray restarts it there and retries its requests.
+starts its tensor-parallel workers as the actor's child processes (`executor_backend`); the sweep's
+engine pool starts them (handoff.sweep.pool). A replica whose vLLM engine died (its engine core or
+one of its workers was killed) ends its actor's process, so that Ray restarts it there; its requests
+in flight are resubmitted by their clients.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import traceback
 import uuid
 from collections import OrderedDict
 
-from handoff.engine.base import AsyncEngine, ContextOverflowError, Generation, Sampling
+from handoff.engine.base import AsyncEngine, ContextOverflowError, Generation, PoisonRequestError, Sampling
 from handoff.engine.factory import build_engine, engine_kind, one_engine
 from handoff.sweep.config import Checkpoint, EngineConfig
 
@@ -73,6 +81,14 @@ def actor_state(handle) -> str:
     return info.get("State", UNREGISTERED) if info else UNREGISTERED
 
 
+def actor_restarts(handle) -> tuple[str, int]:
+    """The actor's state (as actor_state) and how often Ray restarted it."""
+    from ray._private import state
+
+    info = state.actors(actor_id=handle._actor_id.hex())
+    return (info.get("State", UNREGISTERED), info.get("NumRestarts", 0)) if info else (UNREGISTERED, 0)
+
+
 def replica_options(engine: EngineConfig) -> dict:
     """Ray resources of one replica's actor: engine.replica_cpus CPUs and its GPUs. For TP>1 in a
     placement group of its own of one bundle that holds them all, on one node and kept reserved
@@ -99,6 +115,46 @@ class StaleCheckpoint(RuntimeError):
 
 
 SESSIONS_KEPT = 4096  # sessions whose turns a replica counts (the most recent): far more than run at once
+REQUEST_DEATHS = 2  # deaths of its replica while a request ran there alone that fail it (PoisonRequestError)
+LEASE_S = 60.0  # how long a suspect's lane (EngineHost.enter_alone) waits for its request
+
+
+class Lane:
+    """Who runs on a replica: requests share it, and a suspect (a request that was in flight when the
+    replica died) runs alone: `take` waits until nothing else runs, and holds new requests back (in
+    `enter`) until it is given back. So a death while a suspect holds the lane is that request's doing."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self.running = 0  # requests sharing the replica now
+        self.waiting = 0  # suspects waiting for the lane (they go before new requests)
+        self.holder: str | None = None  # the request id of the suspect that holds it
+
+    async def enter(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.holder is None and not self.waiting)
+            self.running += 1
+
+    async def leave(self) -> None:
+        async with self._cond:
+            self.running -= 1
+            self._cond.notify_all()
+
+    async def take(self, request_id: str) -> None:
+        async with self._cond:
+            self.waiting += 1
+            try:
+                await self._cond.wait_for(lambda: self.holder is None and self.running == 0)
+                self.holder = request_id
+            finally:
+                self.waiting -= 1
+                self._cond.notify_all()
+
+    async def give(self, request_id: str) -> None:
+        async with self._cond:
+            if self.holder == request_id:
+                self.holder = None
+                self._cond.notify_all()
 
 
 class EngineHost:
@@ -116,6 +172,9 @@ class EngineHost:
         self._engine: AsyncEngine | None = None
         self._loading = asyncio.Lock()
         self._served: dict = {}  # served(): counters per checkpoint and role
+        self._lane = Lane()  # suspects run alone (RayEngineClient)
+        self._broken = False  # its engine failed to build for a request: out of service
+        self._lease = None  # the asyncio timer that gives a suspect's unclaimed lane back
         self._turns: OrderedDict[str, int] = OrderedDict()  # requests so far per recent session (SESSIONS_KEPT)
 
     def __repr__(self) -> str:  # Ray's log prefix and the GCS's actor table show it
@@ -127,6 +186,8 @@ class EngineHost:
 
     async def _ensure(self, expected: Checkpoint | None = None):
         async with self._loading:
+            if self._broken:  # the requests that waited for a build that failed: not built again
+                raise RuntimeError(f"engine {self.checkpoint.name} ({self.role}) is out of service")
             if expected is not None and not self._serves(expected):
                 if self._engine is not None:
                     raise StaleCheckpoint(f"replica holds {self.checkpoint.name}, request is for {expected.name}")
@@ -178,15 +239,52 @@ class EngineHost:
             print(f"in-place reload of {ck.name} failed, loading a new engine: {exc!r}", file=sys.stderr)
             return False
 
+    async def enter_alone(self, request_id: str) -> int:
+        """Take the lane for the suspect `request_id` (nothing else runs on the replica until its
+        `generate(..., alone=True)` ends, or LEASE_S if that never comes); return this replica's pid."""
+        await self._lane.take(request_id)
+        loop = asyncio.get_running_loop()
+        self._lease = loop.call_later(LEASE_S, lambda: loop.create_task(self._lane.give(request_id)))
+        return os.getpid()
+
     async def generate(self, prompt_ids: list[int], sampling: dict, request_id: str,
-                       checkpoint: dict | None = None, label: list[str] | None = None) -> dict:
-        """Complete `prompt_ids`; `label` ([checkpoint, role] of the episode) is what served() counts it under."""
+                       checkpoint: dict | None = None, label: list[str] | None = None, alone: bool = False) -> dict:
+        """Complete `prompt_ids`; `label` ([checkpoint, role] of the episode) is what served() counts it
+        under. `alone`: a suspect's request, served alone (in the lane enter_alone took for it)."""
+        if alone:
+            if self._lane.holder != request_id:  # its lease ran out: take the lane again
+                await self._lane.take(request_id)
+            elif self._lease is not None:
+                self._lease.cancel()
+        else:
+            await self._lane.enter()
+        try:
+            return await self._generate(prompt_ids, sampling, request_id, checkpoint, label)
+        finally:
+            await (self._lane.give(request_id) if alone else self._lane.leave())
+
+    async def _generate(self, prompt_ids: list[int], sampling: dict, request_id: str, checkpoint: dict | None,
+                        label: list[str] | None) -> dict:
         expected = Checkpoint.model_validate(checkpoint) if checkpoint is not None else None
         started = time.monotonic()
         try:
             engine = await self._ensure(expected)
+        except StaleCheckpoint:
+            raise
+        except Exception:
+            if not (self._broken or _restarted_by_ray()):
+                self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}",
+                                 traceback.format_exc())
+                raise
+            if not self._broken:  # a replica Ray restarted whose engine does not build again
+                self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed to load again after a "
+                                 f"restart (request {request_id}): out of service", traceback.format_exc())
+            self._broken = True
+            self._out_of_service()
+            raise
+        try:
             generation = await engine.generate(prompt_ids, Sampling.model_validate(sampling), request_id)
-        except (ContextOverflowError, StaleCheckpoint):
+        except ContextOverflowError:
             raise
         except Exception:  # on the terminal, as Ray forwards it to the driver's (and a job's) log
             self.out.failure(f"engine {self.checkpoint.name} ({self.role}) failed request {request_id}",
@@ -196,6 +294,21 @@ class EngineHost:
         self._count(label, request_id, len(prompt_ids), generation.cached_prompt_tokens, len(generation.token_ids),
                     time.monotonic() - started)
         return generation.model_dump()
+
+    # Ray does not retry a request whose replica died (the actor's max_task_retries=-1 is for its loads):
+    # RayEngineClient resubmits it, counting the deaths of the replica while it ran there alone. (What
+    # @ray.method(max_task_retries=0) sets; engines.py imports no Ray.)
+    enter_alone.__ray_max_task_retries__ = 0
+    generate.__ray_max_task_retries__ = 0
+
+    def _out_of_service(self) -> None:
+        """End this actor for good (Ray does not restart an actor that exits itself): its requests fail
+        with "actor died", and their episodes go to the replicas that serve."""
+        import ray
+
+        print(f"engine {self.checkpoint.name} ({self.role}) cannot build its engine: out of service", file=sys.stderr,
+              flush=True)
+        ray.actor.exit_actor()
 
     def _count(self, label: list[str] | None, request_id: str, prompt: int, cached: int, generated: int,
                seconds: float) -> None:
@@ -223,9 +336,9 @@ class EngineHost:
         return self._served
 
     def _exit_if_dead(self) -> None:
-        """A dead engine (a vLLM engine whose core or one of whose tensor-parallel workers died) serves
-        nothing more: end this process (not raise), so that Ray restarts the replica, which reloads its
-        checkpoint, and retries its requests there, as after a crash of the actor itself."""
+        """A vLLM engine whose core or one of whose tensor-parallel workers died serves nothing more:
+        end this process (not raise), so that Ray restarts the replica, which reloads its checkpoint,
+        and its clients resubmit their requests there, as after a crash of the actor itself."""
         if self._engine is not None and self._engine.dead:
             import psutil
 
@@ -237,6 +350,13 @@ class EngineHost:
             os._exit(1)
 
 
+def _restarted_by_ray() -> bool:
+    """Whether this process is an actor that Ray restarted (after a crash), not its first start."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed
+
+
 def route(session_id: str | None, n: int) -> int:
     """The replica of a session: stable across processes (sha256, not the salted hash())."""
     if session_id is None:
@@ -245,10 +365,17 @@ def route(session_id: str | None, n: int) -> int:
 
 
 class RayEngineClient:
-    """A synchronous Engine over the replicas of one checkpoint, with sticky session routing."""
+    """A synchronous Engine over the replicas of one checkpoint, with sticky session routing.
+
+    A request whose replica dies under it (Ray restarts the replica and retries none of its requests)
+    is a suspect: once the replica is back, the client resubmits it alone (EngineHost.enter_alone: it
+    waits until nothing else runs there and holds new requests back). Only a death while it ran there
+    alone is its doing: after REQUEST_DEATHS such deaths it fails with PoisonRequestError, the episode's
+    own failure, while the requests that merely shared the replica with it go on (each alone once)."""
 
     POLL_S = 5.0  # how often a pending request checks that its replica is alive
     TICK_S = 0.5  # how often it checks that its episode was not cancelled
+    SETTLE_S = 10.0  # how long an "actor died" error may leave the replica alive, unrestarted, before it counts as none
 
     def __init__(self, replicas: list, timeout_s: float, checkpoint: Checkpoint | None = None,
                  load_timeout_s: float = 900, name: str = "engine", label: list[str] | None = None):
@@ -263,22 +390,78 @@ class RayEngineClient:
         index = route(session_id, len(self.replicas))
         replica = self.replicas[index]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
-        self._stop_if_cancelled()
-        ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint, self.label)
-        try:
-            return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
-        except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, ContextOverflowError):  # the agent records it as a format event
-                raise exc.cause from None
-            raise
-        except ray.exceptions.RayActorError as exc:  # dead for good (engine.max_restarts spent)
-            raise EngineUnavailableError(f"{self.name} replica {index} is dead: {exc}"[:2000]) from None
+        deaths, alone, restarts = 0, False, 0  # deaths while alone; whether it is a suspect; restarts when admitted
+        while True:
+            self._stop_if_cancelled()
+            if alone:
+                restarts = self._enter_alone(replica, index, request_id)
+            ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint,
+                                          self.label, alone)
+            try:
+                return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, ContextOverflowError):  # the agent records it as a format event
+                    raise exc.cause from None
+                raise
+            except ray.exceptions.RayActorError as exc:  # the replica died under it, or is dead for good
+                if actor_state(replica) == "DEAD":
+                    raise EngineUnavailableError(f"{self.name} replica {index} is dead: {exc}"[:2000]) from None
+                if alone and self._restarted(replica, index, restarts):
+                    deaths += 1
+                    if deaths >= REQUEST_DEATHS:
+                        raise PoisonRequestError(
+                            f"{self.name} request {request_id} killed replica {index} each time it ran there alone "
+                            f"({deaths} times): {exc}"[:2000]) from None
+                alone = True
+
+    def _restarted(self, replica, index: int, restarts: int) -> bool:
+        """Whether the replica died under a request admitted when it had `restarts` restarts: Ray restarts
+        it (True), it is gone for good (EngineUnavailableError), or it stays alive as it was (False: Ray
+        could not reach it, it did not die)."""
+        since = time.monotonic()
+        while True:
+            state, now_restarts = actor_restarts(replica)
+            if state == "DEAD":
+                raise EngineUnavailableError(f"{self.name} replica {index} is dead")
+            if now_restarts > restarts:
+                return True
+            if time.monotonic() - since > (self.SETTLE_S if state == "ALIVE" else self.load_timeout_s):
+                if state == "ALIVE":
+                    return False
+                raise EngineUnavailableError(
+                    f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
+                    f"{self.load_timeout_s:g}s ({state})")
+            self._stop_if_cancelled()
+            time.sleep(self.TICK_S)
+
+    def _enter_alone(self, replica, index: int, request_id: str) -> int:
+        """Once the replica is back, take its lane for `request_id` (nothing else runs there until its
+        request ends); return the replica's restarts then."""
+        import ray
+
+        since = time.monotonic()
+        while True:
+            self._stop_if_cancelled()
+            state = actor_state(replica)
+            if state == "DEAD":
+                raise EngineUnavailableError(f"{self.name} replica {index} is dead")
+            if state == "ALIVE":
+                try:
+                    ray.get(self._wait(replica.enter_alone.remote(request_id), replica, index))
+                    return actor_restarts(replica)[1]  # admitted: it holds the lane, so no other death comes between
+                except ray.exceptions.RayActorError:
+                    pass  # died again before it was admitted: not its doing
+            if time.monotonic() - since > self.load_timeout_s:
+                raise EngineUnavailableError(
+                    f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
+                    f"{self.load_timeout_s:g}s ({state})")
+            time.sleep(self.TICK_S)
 
     def _wait(self, ref, replica, index: int):
-        """`ref` once it is ready. The request may take engine.request_timeout_s while its replica
-        is alive; while the replica is down (Ray retries the request on its replacement) it waits
-        up to engine.load_timeout_s for the replacement. A cancelled episode cancels the request
-        (the engine actor's asyncio task: vLLM aborts it) and stops."""
+        """`ref` once it is ready. The request may take engine.request_timeout_s while its replica is
+        alive; while the replica is down it waits up to engine.load_timeout_s (a death fails the
+        request at once: generate resubmits it). A cancelled episode cancels the request (the engine
+        actor's asyncio task: vLLM aborts it) and stops."""
         import ray
 
         deadline, down_since = time.monotonic() + self.timeout_s, None
@@ -299,7 +482,7 @@ class RayEngineClient:
                         f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
                         f"{self.load_timeout_s:g}s ({state}): its node is gone and no node with the "
                         f"resources it needs came back")
-            elif down_since is not None:  # back: the retried request starts over
+            elif down_since is not None:  # back: the request starts over
                 deadline, down_since = now + self.timeout_s, None
             elif now > deadline:
                 ray.cancel(ref)  # abandoned: vLLM aborts it instead of generating on

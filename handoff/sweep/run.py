@@ -268,13 +268,13 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
     cluster = prepared.sweep.cluster
     local = not cluster.address and not _ray_initialized()
     if local:
-        _local_engine_threads(prepared.sweep.engine, driver.engine_sets())
+        _local_engine_threads(prepared.sweep.engine, driver.pool.engine_sets())
     if progress:
         print_plan(prepared, driver)
     if not driver.pending:
         return driver.summary()
     if not cluster.address:  # an embedded cluster: its size is known before it starts
-        check_resources(prepared.sweep, driver.engine_sets(), *local_resources(cluster))
+        check_resources(prepared.sweep, driver.pool.engine_sets(), *local_resources(cluster))
     preflight.before_ray(prepared.sweep, local)
     with ray_cluster(cluster, prepared.sweep.verbose):
         serve_merged(driver, prepared.sweep, local)

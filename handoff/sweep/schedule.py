@@ -153,7 +153,7 @@ class Rolling:
         simulator's (the pinned slots). None when every checkpoint shares the user's engines: a
         slot more would wait for resources forever, and take those of a restarting user engine."""
         d = self.driver
-        return d.cfg.engine.replicas * (d.engine_sets() - (d._user_checkpoint() is not None))
+        return d.cfg.engine.replicas * (d.pool.engine_sets() - (d.pool.user is not None))
 
     # -- what the driver's loop calls -------------------------------------------------------------
     def has_work(self) -> bool:
@@ -228,12 +228,12 @@ class Rolling:
     def check_load_timeouts(self) -> None:
         limit = self.driver.cfg.engine.load_timeout_s
         for slot in [s for s in self.slots if s.loading is not None and time.monotonic() - s.load_started > limit]:
-            self._load_failed(slot, self.driver.load_timeout_error(EngineRef(slot.target, []).name))
+            self._load_failed(slot, self.driver.pool.load_timeout_error(EngineRef(slot.target, []).name))
 
     def stop(self) -> None:
         for slot in self.slots:
             if not slot.pinned and slot.actor is not None:
-                self.driver.stop_engine(slot.actor)
+                self.driver.pool.stop_engine(slot.actor)
 
     # -- slots ------------------------------------------------------------------------------------
     def _target(self, alive: set | None) -> Checkpoint | None:
@@ -259,7 +259,7 @@ class Rolling:
             if target is None:
                 slot.engines = held
             elif slot.actor is None:
-                slot.actor = self.driver.new_engine(target, "agent")
+                slot.actor = self.driver.pool.new_engine(target, "agent")
                 self._begin_load(slot, target, slot.actor.ready.remote())
             elif (state := actor_state(slot.actor)) == "ALIVE":
                 self._begin_load(slot, target, slot.actor.load.remote(target.model_dump(mode="json")))
@@ -273,7 +273,7 @@ class Rolling:
 
     def _retire(self, slot: Slot) -> None:
         """Stop the slot's engine; a fresh slot (no actor yet) takes its place."""
-        self.driver.stop_engine(slot.actor)
+        self.driver.pool.stop_engine(slot.actor)
         self.slots[self.slots.index(slot)] = Slot(slot.cap)
 
     def _load_failed(self, slot: Slot, error: str) -> None:

@@ -9,7 +9,13 @@ Plan keys (all optional):
   creates the file and SIGKILLs its own process, mid-reload.
 - "fail_loads": a regex over checkpoint names: building an engine for a matching checkpoint raises
   (a checkpoint that cannot load); with "fail_once" (a file path) only the first such build, the one
-  that creates the file, raises (one replica's failed load).
+  that creates the file, raises (one replica's failed load); with "fail_role" only a replica of that
+  role ("agent", "user").
+- "fail_rebuilds": a regex over checkpoint names: a replica that Ray restarted cannot build its
+  engine again (as one whose GPU is left in a bad state by the crash).
+- "kill_requests": a regex over request ids: a replica about to serve a matching request (inside its
+  lane, where the engine's work is) SIGKILLs its own process, every time (a request that crashes its
+  engine); logged as "kill_request <pid> <request id>".
 - "kill_serving": a regex over checkpoint names, with "kill_serving_once" (a file path): the replica
   that gets the first request for a matching checkpoint creates the file and SIGKILLs its own process.
 - "hang_restarts": seconds: an engine replica that Ray restarts hangs that long in its constructor
@@ -26,6 +32,7 @@ episodes, as "run <pid> <key>" when one starts and "ran <pid> <key> <outcome>" w
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -71,6 +78,7 @@ def inject() -> None:
     from handoff.sweep.worker import EpisodeWorker
 
     run, load, build, generate = EpisodeWorker.run, EngineHost.load, EngineHost._build, EngineHost.generate
+    serve = EngineHost._generate
     init = EngineHost.__init__
 
     def hanging_init(self, checkpoint: dict, *args, **kwargs):
@@ -107,11 +115,22 @@ def inject() -> None:
     async def failing_build(self):
         p = plan()
         name = self.checkpoint.name
-        if p.get("fail_loads") and re.search(p["fail_loads"], name) and (not p.get("fail_once") or _first(p["fail_once"])):
-            _log(p, "fail_load", name)
+        if p.get("fail_loads") and re.search(p["fail_loads"], name) and p.get("fail_role", self.role) == self.role \
+                and (not p.get("fail_once") or _first(p["fail_once"])):
+            _log(p, "fail_load", f"{self.role}/{name}")
             raise RuntimeError(f"injected load failure of {name}")
+        if p.get("fail_rebuilds") and re.search(p["fail_rebuilds"], name) and _reconstructed():
+            _log(p, "fail_rebuild", f"{self.role}/{name}")
+            raise RuntimeError(f"injected rebuild failure of {name}")
         return await build(self)
 
+    async def killing_serve(self, prompt_ids, sampling, request_id, *args):
+        p = plan()
+        if p.get("kill_requests") and re.search(p["kill_requests"], request_id):
+            _die(p, "kill_request", request_id)
+        return await serve(self, prompt_ids, sampling, request_id, *args)
+
+    @functools.wraps(generate)  # keeps Ray's method options (max_task_retries=0): a caller reads them here
     async def slow_generate(self, prompt_ids, sampling, request_id, *args, **kwargs):
         p = plan()
         expected = (args[0] if args else kwargs.get("checkpoint")) or {}
@@ -129,7 +148,13 @@ def inject() -> None:
         return await generate(self, prompt_ids, sampling, request_id, *args, **kwargs)
 
     EpisodeWorker.run, EngineHost.load, EngineHost._build = poisoned_run, killed_load, failing_build
-    EngineHost.generate, EngineHost.__init__ = slow_generate, hanging_init
+    EngineHost.generate, EngineHost.__init__, EngineHost._generate = slow_generate, hanging_init, killing_serve
+
+
+def _reconstructed() -> bool:
+    import ray
+
+    return ray.get_runtime_context().was_current_actor_reconstructed
 
 
 def inject_with_audit() -> None:

@@ -24,6 +24,16 @@ class Actor:
         self._actor_id = name
 
 
+class States:
+    """The engine pool's placement: only the replicas' states, from the test's dict."""
+
+    def __init__(self, states: dict):
+        self.states = states
+
+    def state(self, replica) -> str:
+        return self.states[replica._actor_id]
+
+
 class Placement:
     """Two agent engine sets (rolling slots) A and B; B's checkpoint is stranded while B is down."""
 
@@ -41,10 +51,9 @@ class Placement:
 @pytest.fixture
 def world(tmp_path, monkeypatch):
     cfg = validate(compose([f"run_dir={tmp_path}/run", "engine=scripted", f"engine.load_timeout_s={TIMEOUT}"]))
-    d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False)
-    d.workers = [Actor("w")]
     states, clock = {"a": "ALIVE", "b": "ALIVE", "w": "ALIVE"}, [1000.0]
-    monkeypatch.setattr(driver_module, "actor_state", lambda handle: states[handle._actor_id])
+    d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False, placement=States(states))
+    d.workers = [Actor("w")]
     monkeypatch.setattr(driver_module, "actor_place", lambda handle: Place(states[handle._actor_id]))
     monkeypatch.setattr(driver_module.time, "monotonic", lambda: clock[0])
 

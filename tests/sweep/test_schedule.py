@@ -128,8 +128,8 @@ def test_a_pinned_slot_serves_on_the_user_replicas_that_are_alive():
             self._actor_id = name
 
     ck, u1, u2 = SimpleNamespace(name="ck"), Actor("u1"), Actor("u2")
-    driver = SimpleNamespace(cfg=SimpleNamespace(engine=SimpleNamespace(replicas=2)), engine_sets=lambda: 1,
-                             _user_checkpoint=lambda: ck)  # every checkpoint shares the user's engines
+    driver = SimpleNamespace(cfg=SimpleNamespace(engine=SimpleNamespace(replicas=2)),
+                             pool=SimpleNamespace(engine_sets=lambda: 1, user=ck))  # every checkpoint shares the user's engines
     queue = deque((SimpleNamespace(failed=False), SimpleNamespace(key=i)) for i in range(8))
     rolling = Rolling(driver, [ck], {"ck": queue}, 2, {"ck": EngineRef(ck, [u1, u2])})
     assert [s.pinned for s in rolling.slots] == [True]

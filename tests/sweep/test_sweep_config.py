@@ -357,7 +357,7 @@ def test_agent_shares_the_user_simulators_engine_only_with_the_same_engine_setti
     def engine_sets(*overrides: str) -> int:
         cfg = validate(compose([f"run_dir={tmp_path}/run", "model=[tiny_hermes]", "user=hosted",
                                 f"user.model.path={tiny}", "user.model.max_model_len=4096", *overrides]))
-        return Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False).engine_sets()
+        return Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False).pool.engine_sets()
 
     assert engine_sets() == 1
     assert engine_sets("user.model.max_model_len=2048") == 2

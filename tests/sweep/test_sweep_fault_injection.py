@@ -239,3 +239,53 @@ def test_a_slot_lost_for_good_while_another_is_pinned(faults, tmp_path):
         assert "unavailable for more than engine.load_timeout_s=30s: agent engine policy-step2" in error, error
     step1 = [k for k in episodes(run_dir) if k[0] == "policy-step1"]
     assert len(step1) == len(set(step1)) == 4
+
+
+@pytest.mark.timeout(600)  # before the fix the replica's restarts were spent and every shard failed
+def test_a_request_that_kills_its_engine_fails_alone_and_the_others_go_on(faults, tmp_path):
+    """Four episodes at once on one user-simulator replica; each request of trial 0's user kills it
+    (kill -9, every time). Its first death takes the others' requests in flight down too: all are
+    suspects, each served alone once the replica is back (nothing else runs there meanwhile). Only
+    the deaths while trial 0's request ran alone count against it: after REQUEST_DEATHS=2 it fails
+    with PoisonRequestError and trial 0 ends as a user_error episode; the replica (3 deaths, within
+    engine.max_restarts=3) serves the other three to the end; no attempt is charged, no shard fails.
+    (Before: Ray retried the request on each restart until the replica was dead for good, and every
+    shard failed with "every replica is dead".)"""
+    log = tmp_path / "faults.log"
+    write_plan(faults, kill_requests="^user/[^/]+/retail/[^/]+/0/", log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "tasks.limit=1", "trials=4", "workers.threads=2", "engine.script.delay_s=1")
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["kill_request"] * 3
+    assert failures(run_dir) == {} and summary.shards_failed == [] and summary.episode_failures == 0
+    records = {r.trial: r for p in RunPaths(run_dir).shards_dir.glob("*.jsonl") for r in read_shard(p)}
+    assert sorted(records) == [0, 1, 2, 3] and len(episodes(run_dir)) == 4
+    assert records[0].simulation["termination_reason"] == "user_error"
+    assert "each time it ran there alone (2 times)" in records[0].model_dump_json()
+    assert {records[t].simulation["termination_reason"] for t in (1, 2, 3)} == {"user_stop"}
+
+
+def test_a_replica_that_cannot_rebuild_is_taken_out_of_service(faults, tmp_path):
+    """Two replicas per engine set; kill -9 of the replica that gets the first request, and its
+    restart cannot build its engine. It takes itself out of service (dead for good): its requests
+    go to the other replica, for free, and every episode finishes. (Before: it stayed alive and
+    failed each request routed to it: the killed request's retry there cost an attempt.)"""
+    log = tmp_path / "faults.log"
+    write_plan(faults, kill_serving=".", kill_serving_once=str(tmp_path / "killed-once"), fail_rebuilds=".",
+               log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "engine.replicas=2", "tasks.limit=4")
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["kill_serving", "fail_rebuild"]
+    assert failures(run_dir) == {} and summary.shards_failed == [] and summary.episode_failures == 0
+    assert len(set(episodes(run_dir))) == len(episodes(run_dir)) == summary.episodes_done == 4
+
+
+def test_a_user_replica_that_fails_to_start_is_routed_around(faults, tmp_path):
+    """Two user-simulator replicas, one fails to load at start: the other serves every episode.
+    (Before: the user simulator's start failed, and every pending shard with it.)"""
+    log = tmp_path / "faults.log"
+    write_plan(faults, fail_loads=".", fail_role="user", fail_once=str(tmp_path / "failed-once"), log=str(log))
+    run_dir = tmp_path / "run"
+    _, summary = sweep(run_dir, "engine.replicas=2")
+    assert [line.split()[::2] for line in log.read_text().splitlines()] == [["fail_load", "user/smollm2-135m-instruct"]]
+    assert failures(run_dir) == {} and summary.shards_failed == []
+    assert len(set(episodes(run_dir))) == len(episodes(run_dir)) == summary.episodes_done == 2
