@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
-from handoff.sweep.failures import Place, ShardFailure, actor_place, classify, nodes_alive
+from handoff.sweep.engines import Place, actor_place, nodes_alive
+from handoff.sweep.failures import ShardFailure, classify
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks

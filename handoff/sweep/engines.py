@@ -13,7 +13,7 @@ request of a session (a conversation) to the same replica, so vLLM's prefix cach
 after turn. Ray does not retry a request whose replica died (`max_task_retries=0` on `generate`; the
 actor's loads are retried): the client resubmits it once the replica is back, as a suspect that runs
 there alone (`enter_alone`: the replica's `Lane` lets nothing else run meanwhile). Only a death while
-a request ran alone is its doing; after REQUEST_DEATHS of those it fails with PoisonRequestError, the
+a request ran alone, on a node that lives on, is its doing; after REQUEST_DEATHS of those it fails with PoisonRequestError, the
 episode's own failure (the agent ends the episode with agent_error, the user simulator with
 user_error), and the replica, its restarts not spent, serves the others. While its replica is
 unavailable (its node died, Ray is restarting it) a request waits, up to `engine.load_timeout_s`,
@@ -40,6 +40,7 @@ import time
 import traceback
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from handoff.engine.base import AsyncEngine, ContextOverflowError, Generation, PoisonRequestError, Sampling
 from handoff.engine.factory import build_engine, engine_kind, one_engine
@@ -69,24 +70,37 @@ class EngineUnavailableError(RuntimeError):
 UNREGISTERED = "UNREGISTERED"
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the GCS has an actor (a worker or an engine replica): its state, its node (hex id) and how
+    often Ray restarted it."""
+
+    state: str
+    node: str = ""
+    restarts: int = 0
+
+
+def actor_place(handle) -> Place:
+    """The actor's state in the GCS actor table (ALIVE, RESTARTING, PENDING_CREATION,
+    DEPENDENCIES_UNREADY or DEAD), its node and restarts; UNREGISTERED while the table has no entry for
+    it yet (the actor's owner registers it asynchronously: milliseconds after `.remote()`, seconds on a
+    busy machine), which is not alive yet and not dead either. (ray.util.state would need the dashboard,
+    which an embedded cluster does not start.)"""
+    from ray._private import state
+
+    info = state.actors(actor_id=handle._actor_id.hex())
+    if not info:
+        return Place(UNREGISTERED)
+    return Place(info["State"], info["Address"]["NodeID"], info["NumRestarts"])
+
+
 def actor_state(handle) -> str:
-    """The actor's state in the GCS actor table: ALIVE, RESTARTING, PENDING_CREATION,
-    DEPENDENCIES_UNREADY or DEAD; UNREGISTERED while the table has no entry for it yet (the actor's
-    owner registers it asynchronously: milliseconds after `.remote()`, seconds on a busy machine), which
-    is not alive yet and not dead either. (ray.util.state would need the dashboard, which an embedded
-    cluster does not start.)"""
-    from ray._private import state
-
-    info = state.actors(actor_id=handle._actor_id.hex())
-    return info.get("State", UNREGISTERED) if info else UNREGISTERED
+    return actor_place(handle).state
 
 
-def actor_restarts(handle) -> tuple[str, int]:
-    """The actor's state (as actor_state) and how often Ray restarted it."""
-    from ray._private import state
-
-    info = state.actors(actor_id=handle._actor_id.hex())
-    return (info.get("State", UNREGISTERED), info.get("NumRestarts", 0)) if info else (UNREGISTERED, 0)
+def nodes_alive(ray) -> set[str]:
+    """The hex ids of the nodes the GCS lists alive."""
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 
 
 def replica_options(engine: EngineConfig) -> dict:
@@ -370,7 +384,7 @@ class RayEngineClient:
     A request whose replica dies under it (Ray restarts the replica and retries none of its requests)
     is a suspect: once the replica is back, the client resubmits it alone (EngineHost.enter_alone: it
     waits until nothing else runs there and holds new requests back). Only a death while it ran there
-    alone is its doing: after REQUEST_DEATHS such deaths it fails with PoisonRequestError, the episode's
+    alone, on a node that lives on (a node lost is the infrastructure's fault), is its doing: after REQUEST_DEATHS such deaths it fails with PoisonRequestError, the episode's
     own failure, while the requests that merely shared the replica with it go on (each alone once)."""
 
     POLL_S = 5.0  # how often a pending request checks that its replica is alive
@@ -390,11 +404,11 @@ class RayEngineClient:
         index = route(session_id, len(self.replicas))
         replica = self.replicas[index]
         request_id = f"{session_id or 'anon'}/{uuid.uuid4().hex[:12]}"
-        deaths, alone, restarts = 0, False, 0  # deaths while alone; whether it is a suspect; restarts when admitted
+        deaths, alone, admitted = 0, False, Place("ALIVE")  # deaths while alone; whether it is a suspect; where it was let in
         while True:
             self._stop_if_cancelled()
             if alone:
-                restarts = self._enter_alone(replica, index, request_id)
+                admitted = self._enter_alone(replica, index, request_id)
             ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint,
                                           self.label, alone)
             try:
@@ -406,7 +420,7 @@ class RayEngineClient:
             except ray.exceptions.RayActorError as exc:  # the replica died under it, or is dead for good
                 if actor_state(replica) == "DEAD":
                     raise EngineUnavailableError(f"{self.name} replica {index} is dead: {exc}"[:2000]) from None
-                if alone and self._restarted(replica, index, restarts):
+                if alone and self._restarted(replica, index, admitted.restarts) and self._node_lived(admitted):
                     deaths += 1
                     if deaths >= REQUEST_DEATHS:
                         raise PoisonRequestError(
@@ -420,7 +434,7 @@ class RayEngineClient:
         could not reach it, it did not die)."""
         since = time.monotonic()
         while True:
-            state, now_restarts = actor_restarts(replica)
+            state, now_restarts = (place := actor_place(replica)).state, place.restarts
             if state == "DEAD":
                 raise EngineUnavailableError(f"{self.name} replica {index} is dead")
             if now_restarts > restarts:
@@ -434,9 +448,17 @@ class RayEngineClient:
             self._stop_if_cancelled()
             time.sleep(self.TICK_S)
 
-    def _enter_alone(self, replica, index: int, request_id: str) -> int:
+    @staticmethod
+    def _node_lived(admitted: Place) -> bool:
+        """Whether the node the replica ran on when the request was let in is still alive: a replica lost
+        with its node (a preempted machine) is the infrastructure's fault, never the request's."""
+        import ray
+
+        return admitted.node in nodes_alive(ray)
+
+    def _enter_alone(self, replica, index: int, request_id: str) -> Place:
         """Once the replica is back, take its lane for `request_id` (nothing else runs there until its
-        request ends); return the replica's restarts then."""
+        request ends); return where the replica is then (its node, its restarts)."""
         import ray
 
         since = time.monotonic()
@@ -448,7 +470,7 @@ class RayEngineClient:
             if state == "ALIVE":
                 try:
                     ray.get(self._wait(replica.enter_alone.remote(request_id), replica, index))
-                    return actor_restarts(replica)[1]  # admitted: it holds the lane, so no other death comes between
+                    return actor_place(replica)  # admitted: it holds the lane, so no other death comes between
                 except ray.exceptions.RayActorError:
                     pass  # died again before it was admitted: not its doing
             if time.monotonic() - since > self.load_timeout_s:

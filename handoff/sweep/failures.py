@@ -21,7 +21,7 @@ from enum import Enum
 
 from pydantic import BaseModel, Field
 
-from handoff.sweep.engines import EngineUnavailableError
+from handoff.sweep.engines import EngineUnavailableError, Place
 
 
 class Fault(str, Enum):
@@ -71,15 +71,6 @@ def classify(exc: BaseException) -> Fault:
     if isinstance(exc, (rx.RayActorError, rx.WorkerCrashedError)) and died:
         return Fault.WORKER_DIED
     return Fault.INFRASTRUCTURE if died else Fault.EPISODE
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where the GCS has a worker actor: its state, its node (hex id) and how often Ray restarted it."""
-
-    state: str
-    node: str = ""
-    restarts: int = 0
 
 
 @dataclass
@@ -137,18 +128,3 @@ class WorkerDeaths:
         if death.fault is Fault.WORKER_UNREACHABLE and now - death.since > self.UNREACHABLE_S and now_at.state == "ALIVE":
             return False  # never died
         return None
-
-
-def actor_place(handle) -> Place:
-    """Where the GCS has the actor now (UNREGISTERED while it has no entry: see engines.actor_state)."""
-    from ray._private import state
-
-    info = state.actors(actor_id=handle._actor_id.hex())
-    if not info:
-        return Place("UNREGISTERED")
-    return Place(info["State"], info["Address"]["NodeID"], info["NumRestarts"])
-
-
-def nodes_alive(ray) -> set[str]:
-    """The hex ids of the nodes the GCS lists alive."""
-    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}

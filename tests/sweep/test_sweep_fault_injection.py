@@ -264,6 +264,18 @@ def test_a_request_that_kills_its_engine_fails_alone_and_the_others_go_on(faults
     assert {records[t].simulation["termination_reason"] for t in (1, 2, 3)} == {"user_stop"}
 
 
+def test_a_death_with_its_node_is_never_charged_to_the_request(cluster):
+    """A request let in alone on a replica whose node is then lost (a preempted machine) is not charged
+    one of its REQUEST_DEATHS: the client charges a death only while the node it was let in on is alive
+    in the GCS (a replica restarted on the same, living node is the request's doing)."""
+    import ray
+
+    from handoff.sweep.engines import Place, RayEngineClient
+
+    assert RayEngineClient._node_lived(Place("ALIVE", ray.get_runtime_context().get_node_id(), 0))
+    assert not RayEngineClient._node_lived(Place("ALIVE", "ab" * 28, 0))  # no such node: lost
+
+
 def test_a_replica_that_cannot_rebuild_is_taken_out_of_service(faults, tmp_path):
     """Two replicas per engine set; kill -9 of the replica that gets the first request, and its
     restart cannot build its engine. It takes itself out of service (dead for good): its requests
