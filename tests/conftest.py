@@ -35,6 +35,19 @@ def ray_cluster():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def tiny_engine():
+    """One in-process vLLM engine serving tiny-hermes (8192-token window, seed 0), started once for every
+    real-engine test that asks for it (tests/engine/test_engine.py, tests/agent/test_agent_real_engine.py):
+    one engine start instead of one per module. Closed at the end of the session."""
+    from handoff.engine.models import TINY, ensure
+    from handoff.engine.vllm_engine import EngineSettings, VLLMEngine
+
+    engine = VLLMEngine(EngineSettings(model=str(ensure(TINY)), max_model_len=8192, seed=0))
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="module")
 def tasks():
     """Two labelled airline and retail tasks of every rule, for synthetic runs."""
