@@ -54,11 +54,11 @@ $(TINY): | $(STAMP)
 	$(PY) -m handoff.engine.models tiny
 
 # Two pytest-xdist workers: what one test waits for (Ray start-up, node-death detection) overlaps another's CPU
-# (tests/conftest.py keeps the real-engine tests on one worker and a module's tests together).
-# TEST_WORKERS=0 runs serially.
+# (tests/conftest.py keeps the real-engine tests on one worker and a module's tests together, and sends the
+# longest groups first: --no-loadscope-reorder keeps that order). TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: setup $(TINY)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The quick lane while editing: no real engine, no Ray cluster, nothing marked slow. `make test` stays the gate.
 test-quick: setup $(TINY)

@@ -35,6 +35,19 @@ def ray_cluster():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def tiny_engine():
+    """One in-process vLLM engine serving tiny-hermes (8192-token window, seed 0), started once for every
+    real-engine test that asks for it (tests/engine/test_engine.py, tests/agent/test_agent_real_engine.py):
+    one engine start instead of one per module. Closed at the end of the session."""
+    from handoff.engine.models import TINY, ensure
+    from handoff.engine.vllm_engine import EngineSettings, VLLMEngine
+
+    engine = VLLMEngine(EngineSettings(model=str(ensure(TINY)), max_model_len=8192, seed=0))
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="module")
 def tasks():
     """Two labelled airline and retail tasks of every rule, for synthetic runs."""
@@ -49,8 +62,26 @@ def xdist_group(item: pytest.Item) -> str:
     return "real_engine" if item.get_closest_marker("real_engine") else item.nodeid.split("::")[0]
 
 
+def send_order(items: list) -> list:
+    """The items in the order their groups go to the workers, longest work first: the real-engine
+    group (the suite's longest chain: one worker runs it from the start, the other everything else
+    beside it), then the groups with a test marked slow, then those that start Ray, then the rest;
+    collection order within each. A group's tests stay together and in their order."""
+    rank: dict[str, int] = {}
+    for item in items:
+        group = xdist_group(item)
+        mine = 0 if group == "real_engine" else 1 if item.get_closest_marker("slow") else \
+            2 if item.get_closest_marker("ray") else 3
+        rank[group] = min(rank.get(group, 3), mine)
+    return sorted(items, key=lambda item: rank[xdist_group(item)])
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    """`make test` runs two pytest-xdist workers with --dist loadgroup: each worker takes whole groups."""
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers with --dist loadgroup: each worker takes whole groups,
+    in the order of send_order (the Makefile's --no-loadscope-reorder keeps pytest-xdist from sorting
+    them by their number of tests instead). A serial run keeps the collection order."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its collection is what the scheduler sends
+        items[:] = send_order(items)

@@ -87,41 +87,38 @@ class EngineServerManager:
         return TokenOutput(token_ids=generation.token_ids, stop_reason="completed")
 
 
-def test_agent_loop_on_the_real_engine_matches_run_episode():
+def test_agent_loop_on_the_real_engine_matches_run_episode(tiny_engine):
     agent_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop")
     from handoff.agent.verl_loop import Tau2AgentLoop
 
     chat = ChatFormat(str(ensure(TINY)))
     user_script = ["Hi, I want to cancel my reservation.", "My user id is mia_li_3668.", "###STOP###"]
     settings = {"max_steps": 8, "agent_sampling": {"max_tokens": 96}, "max_context_tokens": 8192}
-    engine = start_engine(TINY)
-    try:
-        task = get_task("airline", "0")
-        user = make_user(UserSpec(), task, engine=ScriptedEngine(chat.tokenizer, user_script), chat=chat)
-        evaluated = run_episode("airline", task, engine, chat, user, EpisodeSettings(**settings), seed=5)
+    engine = tiny_engine  # tests/conftest.py: the session's tiny-hermes engine (8192 tokens, seed 0)
+    task = get_task("airline", "0")
+    user = make_user(UserSpec(), task, engine=ScriptedEngine(chat.tokenizer, user_script), chat=chat)
+    evaluated = run_episode("airline", task, engine, chat, user, EpisodeSettings(**settings), seed=5)
 
-        config = OmegaConf.create({
-            "actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 8192}},
-            "handoff": {"episode": settings},
-        })
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 8192}},
+        "handoff": {"episode": settings},
+    })
 
-        async def rollout():
-            loop = Tau2AgentLoop(
-                trainer_config=agent_loop.DictConfigWrap(config),
-                server_manager=EngineServerManager(engine),
-                tokenizer=chat.tokenizer,
-                processor=None,
-                dataset_cls=None,
-                data_config=agent_loop.DictConfigWrap(OmegaConf.create({})),
-                chat=chat,
-                user_engine=ScriptedEngine(chat.tokenizer, user_script),
-            )
-            params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-            return await loop.run(params, raw_prompt=[], domain="airline", task_id="0", seed=5)
+    async def rollout():
+        loop = Tau2AgentLoop(
+            trainer_config=agent_loop.DictConfigWrap(config),
+            server_manager=EngineServerManager(engine),
+            tokenizer=chat.tokenizer,
+            processor=None,
+            dataset_cls=None,
+            data_config=agent_loop.DictConfigWrap(OmegaConf.create({})),
+            chat=chat,
+            user_engine=ScriptedEngine(chat.tokenizer, user_script),
+        )
+        params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+        return await loop.run(params, raw_prompt=[], domain="airline", task_id="0", seed=5)
 
-        trained = asyncio.run(rollout())
-    finally:
-        engine.close()
+    trained = asyncio.run(rollout())
 
     from tau2.data_model.simulation import SimulationRun
 

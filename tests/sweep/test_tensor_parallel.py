@@ -3,9 +3,10 @@ sweep with `engine.tensor_parallel_size=2` runs through the product's own placem
 group of one bundle per replica) and executor choice (vLLM's multiprocessing executor: two worker
 processes, children of the replica's actor), the same code path engine=gpu takes.
 
-TP=2 on an embedded local cluster gives the same episodes as TP=1 (greedy, float32), and survives
-kill -9 of one tensor-parallel worker: the replica's actor ends, Ray restarts it, its request is
-retried there, no episode is lost, duplicated or charged an attempt.
+TP=2 gives the same episodes as TP=1 on the embedded local cluster (greedy, float32), lands on the
+only node of a two-node cluster its replica fits on, and survives kill -9 of one tensor-parallel
+worker there: the replica's actor ends, Ray restarts it, its request is retried there, no episode is
+lost, duplicated or charged an attempt (one sweep, one TP=2 engine start).
 
 The model is tiny-hermes with its attention heads padded from 3 to 4 (handoff.testing.tensor_parallel),
 which TP=2 divides; agent and user simulator share its one engine set.
@@ -71,31 +72,33 @@ def tp1(model, tmp_path_factory) -> dict:
     return episodes(run_dir)
 
 
-def test_tp2_equals_tp1_and_survives_a_killed_tensor_parallel_worker(model, tp1, tmp_path):
-    run_dir, killed = tmp_path / "run", []
-    watcher = kill_mid_run(run_dir, [(1, TP_WORKER)], killed, find=lambda title: processes(title)[:1])
-    summary = sweep(run_dir, model, 2, "cluster.num_cpus=2")
-    watcher.join(timeout=5)
-    assert killed and killed[0][0] < EPISODES, f"no TP worker was killed mid-run: {killed}"
-    assert summary.shards_failed == [] and summary.episode_failures == 0
-    assert summary.episodes_done == EPISODES
-    tp2 = episodes(run_dir)
-    assert tp2 == tp1, "TP=2 and TP=1 gave different episodes"
-    assert all(any(role == "assistant" for role, _, _ in turns) for turns, _ in tp2.values())
-
-
-def test_tp2_replica_lands_on_the_only_node_it_fits(model, tp1, tmp_path):
+def test_tp2_lands_on_the_only_node_it_fits_equals_tp1_and_survives_a_killed_tensor_parallel_worker(
+        model, tp1, tmp_path):
+    """TP=2 on a two-node cluster where the replica (2 x engine.cpus=1) fits on one node only, the
+    episode worker (0.5 CPU) on the head; kill -9 of the tensor-parallel worker of rank 1 after the
+    first episode. One sweep, one TP=2 engine start (and its restart), for what were two tests, each
+    starting its own TP=2 engine: test_tp2_equals_tp1_and_survives_a_killed_tensor_parallel_worker (on
+    the embedded cluster: the kill, no failure, no attempt charged, every episode once, equal to TP=1,
+    an assistant turn in each) and test_tp2_replica_lands_on_the_only_node_it_fits (the replica's actor
+    on the node, equal to TP=1). The embedded cluster's TP=2 sizing (engine threads, resources) is
+    unit-tested (tests/engine/test_cpu.py, tests/sweep/test_sweep_config.py)."""
     from tests.support.cluster import LocalCluster
 
+    run_dir, killed = tmp_path / "run", []
     with LocalCluster() as cluster:
         cluster.start_head(num_cpus=1)  # the episode worker (0.5 CPU) fits, the replica (2 x engine.cpus=1) does not
         node = cluster.add_node(num_cpus=2)
-        summary = sweep(tmp_path / "run", model, 2, "cluster=existing", f"cluster.address={cluster.address}",
-                        "engine.cpus=1")
-        engine_nodes = {a.address.node_id.hex() for a in engine_actors()}
-    assert summary.shards_failed == [] and summary.episodes_done == EPISODES
-    assert engine_nodes == {node.node_id}
-    assert episodes(tmp_path / "run") == tp1
+        watcher = kill_mid_run(run_dir, [(1, TP_WORKER)], killed, find=lambda title: processes(title)[:1])
+        summary = sweep(run_dir, model, 2, "cluster=existing", f"cluster.address={cluster.address}", "engine.cpus=1")
+        watcher.join(timeout=5)
+        engines = engine_actors()
+    assert killed and killed[0][0] < EPISODES, f"no TP worker was killed mid-run: {killed}"
+    assert summary.shards_failed == [] and summary.episode_failures == 0
+    assert summary.episodes_done == EPISODES
+    assert {a.address.node_id.hex() for a in engines} == {node.node_id}
+    tp2 = episodes(run_dir)
+    assert tp2 == tp1, "TP=2 and TP=1 gave different episodes"
+    assert all(any(role == "assistant" for role, _, _ in turns) for turns, _ in tp2.values())
 
 
 def engine_actors() -> list:
