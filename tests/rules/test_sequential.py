@@ -138,7 +138,7 @@ def test_compare_gives_the_anytime_valid_sequence_of_each_metric():
 def _known_answer(seed: int, accuracy: dict[str, float], trials: int) -> dict:
     """The known-answer agents' hand-off accuracy (engine.script.accuracy: right iff the episode
     seed's draw falls below the checkpoint's accuracy, one draw per episode for all) over 128 tasks."""
-    from handoff.sweep.engines import seed_draw
+    from handoff.engine.scripted import seed_draw
     from handoff.sweep.plan import episode_seed
 
     draws = {("retail", str(t), k): seed_draw(episode_seed(seed, "retail", str(t), k))
