@@ -3,7 +3,8 @@
 is -1 with probability 0.15 and 0 otherwise, so handoff.rules.sequential's capital after two rounds
 depends only on the two rounds' counts of -1. This sums the binomial probabilities of the count
 pairs after which the sequence's upper end is not yet below -margin, for the bet variants compared
-there (the capital over the counts, written as in the module: Y = (X + 1) / 2 is 0 or 1/2).
+there (the capital over the counts, written as in the module, whose grid, truncation and exclusion
+it uses: Y = (X + 1) / 2 is 0 or 1/2).
 
     python -m bench.adaptive_exact
 """
@@ -15,8 +16,7 @@ import math
 import numpy as np
 from scipy.stats import binom
 
-GRID = 4001
-TRUNCATION = 0.75
+from handoff.rules.sequential import GRID, TRUNCATION, not_excluded
 
 
 def third_round(p: float = 0.15, tasks: int = 129, one_sided: bool = True, prior_variance: float = 1 / 16,
@@ -40,12 +40,8 @@ def third_round(p: float = 0.15, tasks: int = 129, one_sided: bool = True, prior
         for y, n in ((0.0, k), (0.5, tasks - k)):
             log_up += n[:, None] * np.log1p(up * (y - m))
             log_down += n[:, None] * np.log1p(-down * (y - m))
-        if one_sided:
-            below &= log_up < threshold
-            above &= log_down < threshold
-        else:
-            below &= np.logaddexp(log_up, log_down) - math.log(2) < threshold
-            above = below
+        kept_below, kept_above = not_excluded(log_up, log_down, threshold, one_sided)
+        below, above = below & kept_below, above & kept_above
         top = GRID - 1 - np.argmax(above[:, ::-1], axis=1)
         decided |= 2 * m[np.minimum(top + 1, GRID - 1)] - 1 < -margin
         count, total, squares = count + tasks, total + 0.5 * (tasks - k), squares + 0.25 * (tasks - k)

@@ -100,15 +100,21 @@ def sequence_bounds(rounds: Sequence[Sequence[float]], confidence: float,
         deviation = ys[:, None] - m[None, :]
         log_up += np.log1p(up * deviation).sum(axis=0)
         log_down += np.log1p(-down * deviation).sum(axis=0)
-        if one_sided:
-            below &= log_up < threshold
-            above &= log_down < threshold
-        else:
-            below &= np.logaddexp(log_up, log_down) - math.log(2) < threshold
-            above = below
+        kept_below, kept_above = not_excluded(log_up, log_down, threshold, one_sided)
+        below, above = below & kept_below, above & kept_above
         seen += ys.tolist()
         out.append(_bound(m, below, above, seen))
     return out
+
+
+def not_excluded(log_up: np.ndarray, log_down: np.ndarray, threshold: float,
+                 one_sided: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The means that the capitals (log) have not excluded from below and from above: each one-sided
+    end on its own capital, or both on the hedged capital (the mean of the two)."""
+    if one_sided:
+        return log_up < threshold, log_down < threshold
+    hedged = np.logaddexp(log_up, log_down) - math.log(2) < threshold
+    return hedged, hedged
 
 
 def _bound(m: np.ndarray, below: np.ndarray, above: np.ndarray, seen: list[float]) -> SequenceBound:
