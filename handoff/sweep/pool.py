@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from handoff.sweep.config import Checkpoint, SweepConfig
 from handoff.engine.factory import engine_kind, one_engine
+from handoff.sweep.config import Checkpoint, SweepConfig
 from handoff.sweep.worker import EngineRef
 
 
