@@ -44,20 +44,22 @@ KINDS = (("engine core", "VLLM::Engine"), ("engine actor", "EngineHost"), ("epis
          ("driver", "handoff.sweep"), ("ray daemons", ""))
 
 
-def kind_of(cmdline: str) -> str:
-    for kind, marker in KINDS:
-        if marker and marker in cmdline:
-            return kind
-    return "ray daemons"
+def kind_of(cmdline: str, kinds: tuple = KINDS) -> str:
+    """The kind of the first marker `cmdline` contains; the last kind (marker "") otherwise."""
+    return next((kind for kind, marker in kinds if marker and marker in cmdline), kinds[-1][0])
 
 
 class TreeSampler(threading.Thread):
-    """CPU seconds of every process under `pid`, by kind, sampled every second; with `profile`
-    (seconds, output path), py-spy records the engine core once it appears."""
+    """CPU seconds of every process under `pid`, by kind (`kinds`: (kind, marker in the command
+    line) pairs, the last one the rest), sampled every `interval_s`; a process counts with its last
+    sample, a pid reused later as another process. With `profile` (seconds, output path), py-spy
+    records the engine core once it appears."""
 
-    def __init__(self, pid: int, profile: tuple[float, Path] | None = None):
+    def __init__(self, pid: int, profile: tuple[float, Path] | None = None, kinds: tuple = KINDS,
+                 interval_s: float = 1.0):
         super().__init__(daemon=True)
         self.pid, self.last, self.loads, self.profile = pid, {}, [], profile
+        self.kinds, self.interval_s = kinds, interval_s
         self.spy: subprocess.Popen | None = None
         self.done = threading.Event()
 
@@ -81,12 +83,13 @@ class TreeSampler(threading.Thread):
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    self.last[p.pid] = (kind_of(" ".join(p.cmdline()) or p.name()), t.user + t.system)
-                    self._maybe_profile(p.pid, *self.last[p.pid])
+                    key = (p.pid, p.create_time())  # a Ray worker's title names its actor once it has one
+                    self.last[key] = (kind_of(" ".join(p.cmdline()) or p.name(), self.kinds), t.user + t.system)
+                    self._maybe_profile(p.pid, *self.last[key])
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
             self.loads.append(os.getloadavg()[0])
-            self.done.wait(1.0)
+            self.done.wait(self.interval_s)
 
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
