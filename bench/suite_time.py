@@ -1,5 +1,5 @@
-"""Where `make test`'s time goes: its pytest command run once, as the Makefile runs it (two
-pytest-xdist workers, --dist loadgroup, the groups longest first), measuring
+"""Where `make test`'s time goes: `make test` run once (its pytest command, two pytest-xdist workers
+unless `--workers`; `-v` added, to read each test's worker and group), measuring
 
 - `wall_s`, and `cpu_s`: the CPU seconds the whole machine spent meanwhile (/proc/stat: user, nice,
   system, irq, softirq). On N cores no schedule of these tests ends before `cpu_s / N`
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -78,8 +79,8 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("pytest_args", nargs="*")
     args = ap.parse_args()
-    cmd = [sys.executable, "-m", "pytest", "-n", args.workers, "--dist", "loadgroup", "--no-loadscope-reorder",
-           "--durations=15", "-v", "-p", "no:cacheprovider", *args.pytest_args]
+    cmd = ["make", "test", f"TEST_WORKERS={args.workers}",  # the Makefile's own command, not a copy of it
+           "PYTEST_ARGS=" + shlex.join(["-v", "-p", "no:cacheprovider", *args.pytest_args])]
     cpu0, started = busy_cpu_s(), time.time()
     proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = TreeSampler(proc.pid, kinds=KINDS, interval_s=args.interval)
@@ -101,7 +102,7 @@ def main() -> None:
     cores = os.cpu_count() or 1
     summary = next((line for _, line in reversed(lines) if re.search(r"\d+ (passed|failed)", line)), "")
     report("suite_time", {
-        "command": " ".join(cmd[1:]), "exit": code, "summary": summary.strip("= "),
+        "command": shlex.join(cmd), "exit": code, "summary": summary.strip("= "),
         "wall_s": round(wall), "cpu_s": round(cpu), "floor_s": round(cpu / cores), "cores": cores,
         "busy_fraction": round(cpu / (wall * cores), 3),
         "cpu_s_by_kind": by_kind, "unattributed_cpu_s": round(cpu - sum(by_kind.values())),
