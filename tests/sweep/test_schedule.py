@@ -26,8 +26,8 @@ def _checkpoints(root: Path, n: int) -> str:
 
 
 def _sweep(run_dir: Path, ckpt_glob: str, schedule: str, log: Path):
-    overrides = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=2", "shard_size=2", "workers.processes=2",
-                 "workers.threads=1", "model=[checkpoints]", f"model.checkpoints.glob={ckpt_glob}",
+    overrides = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=2", "shard_size=2", "workers.processes=1",
+                 "workers.threads=2", "model=[checkpoints]", f"model.checkpoints.glob={ckpt_glob}",
                  f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes",
                  "engine.replicas=2", "engine.script.delay_s=0.05", f"engine.script.service_log={log}",
                  f"schedule={schedule}", f"run_dir={run_dir}"]

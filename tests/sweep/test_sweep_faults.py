@@ -28,7 +28,7 @@ from tests.support.ray import kill_mid_run, recorded
 pytestmark = pytest.mark.ray
 
 BASE = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4", "shard_size=2",
-        "workers.processes=2", "workers.threads=1", "max_attempts=3"]
+        "workers.processes=1", "workers.threads=2", "max_attempts=3"]  # 2 episodes at once, 1 process's start-up
 N_EPISODES = 4
 
 
