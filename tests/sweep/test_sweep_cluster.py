@@ -14,8 +14,8 @@ before it starts, which LocalCluster refuses up front.
 - Node loss with no replacement (rolling, the default schedule): the shards fail after the deadline,
   saying so; also when the node held only one checkpoint's slot while another checkpoint's slot,
   pinned to the user simulator's engine on another node, goes on.
-- A checkpoint whose engine fails to start (TP=2, sequential) frees its placement group: the next
-  checkpoint's engine fits on the node.
+- (A checkpoint whose engine fails to start frees its placement group: tests/sweep/test_sweep_fault_injection.py,
+  the same sweep and assertions on 4 GPUs declared on one node, under late actor registration.)
 - A driver process in token auth mode is refused before any cluster process starts.
 """
 
@@ -232,27 +232,6 @@ def checkpoints(root: Path, n: int) -> list[str]:
         (root / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
     return ["model=[checkpoints]", f"model.checkpoints.glob={root}/global_step_*",
             f"model.checkpoints.tokenizer={model_path()}", "model.checkpoints.chat_template=hermes"]
-
-
-def test_failed_engine_start_frees_its_placement_group(gpu, tmp_path):
-    """Sequential, TP=2 on a 4-GPU node: the first checkpoint's engine fails to load (injected); its
-    replica is stopped and its placement group removed, so the next checkpoint's engine fits beside
-    the user simulator's and runs in full. (Before: the group stayed reserved, and the next
-    checkpoint's engine waited for GPUs until engine.load_timeout_s.)"""
-    from ray.util import placement_group_table
-
-    write_plan(gpu.faults, fail_loads="^policy-step1$")
-    run_dir = gpu.watched / "failed-start"
-    try:
-        _, summary = sweep(run_dir, *checkpoints(tmp_path / "ckpts", 2), "schedule=sequential", "tasks.limit=2",
-                           "engine.tensor_parallel_size=2", "engine.load_timeout_s=60")
-    finally:
-        write_plan(gpu.faults)
-    assert summary.shards_failed == ["policy-step1__retail__t0__0000"]
-    error = json.loads((RunPaths(run_dir).failed_dir / "policy-step1__retail__t0__0000.json").read_text())["error"]
-    assert "injected load failure of policy-step1" in error
-    assert len(episodes(run_dir)) == 2 == len(set(episodes(run_dir)))
-    assert [g for g in placement_group_table().values() if g["state"] != "REMOVED"] == []
 
 
 @pytest.mark.timeout(900)  # before the fix the sweep waited forever
