@@ -39,7 +39,7 @@ class EpisodeWorker:
 
         self.out = ActorOutput(log_dir, "worker")  # the process's output to <run>/logs/ unless verbose
         import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
-        import handoff.agent.episode  # noqa: F401 - tau2, litellm and the tool parser, imported while engines load
+        import handoff.agent.episode  # noqa: F401 - tau2 and litellm (~6 CPU s), imported while engines load
         import handoff.tasks  # noqa: F401
 
         self.cfg = SweepConfig.model_validate(config)
