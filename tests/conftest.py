@@ -48,6 +48,23 @@ def tiny_engine():
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def smollm2_engine():
+    """One in-process vLLM engine serving SmolLM2-135M (8192-token window), loaded as on an AVX2-only CPU
+    (no AVX512-BF16 or AMX in the flags it reads): in float32 on every machine. Shared by the SmolLM2
+    float32 smoke test (tests/engine/test_engine.py) and the SmolLM2 episodes
+    (tests/agent/test_agent_real_engine.py): one engine start instead of two."""
+    from handoff.engine.cpu import proc_flags
+    from handoff.engine.models import SMOLLM2, ensure
+    from handoff.engine.vllm_engine import EngineSettings, VLLMEngine
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("handoff.engine.cpu.kernel_flags", lambda: proc_flags("flags\t: avx avx2 fma"))
+        engine = VLLMEngine(EngineSettings(model=str(ensure(SMOLLM2)), max_model_len=8192))
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="module")
 def tasks():
     """Two labelled airline and retail tasks of every rule, for synthetic runs."""

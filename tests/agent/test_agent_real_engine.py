@@ -33,17 +33,10 @@ pytestmark = pytest.mark.real_engine
 ENDINGS = {"user_stop", "max_steps", "agent_error", "context_window_exceeded", "user_error", "too_many_errors"}
 
 
-def start_engine(name: str, max_model_len: int = 8192):
-    from handoff.engine.vllm_engine import EngineSettings, VLLMEngine
-
-    return VLLMEngine(EngineSettings(model=str(ensure(name)), max_model_len=max_model_len))
-
-
 @pytest.fixture(scope="module")
-def smollm2():
-    engine = start_engine(SMOLLM2)
-    yield engine, ChatFormat(str(ensure(SMOLLM2)))
-    engine.close()
+def smollm2(smollm2_engine):
+    """The session's SmolLM2 engine (tests/conftest.py) and its chat format."""
+    return smollm2_engine, ChatFormat(str(ensure(SMOLLM2)))
 
 
 @pytest.mark.parametrize("domain, task_id", [("airline", "1"), ("retail", "1")])

@@ -15,7 +15,7 @@ import pytest
 from handoff.engine import models
 from handoff.engine.base import ContextOverflowError, Engine, Sampling
 from handoff.engine.chat import ChatFormat, hermes_template, supports_tools
-from handoff.engine.vllm_engine import EngineSettings, VLLMEngine, engine_env, sampling_params
+from handoff.engine.vllm_engine import EngineSettings, engine_env, sampling_params
 
 
 def need(name: str) -> str:
@@ -319,18 +319,15 @@ def test_context_overflow_is_a_clear_error(tiny_engine):
 
 
 @pytest.mark.real_engine
-def test_smollm2_generates_text_in_float32_on_an_avx2_only_cpu(smol_chat, monkeypatch):
+def test_smollm2_generates_text_in_float32_on_an_avx2_only_cpu(smollm2_engine, smol_chat):
     """The bfloat16 checkpoint loads in float32 when the CPU's flags (here an AVX2-only CPU's, as
-    /proc/cpuinfo gives them) lack AVX512-BF16 and AMX, and still answers."""
+    /proc/cpuinfo gives them: tests/conftest.py's `smollm2_engine`) lack AVX512-BF16 and AMX, and
+    still answers."""
     import torch
 
-    from handoff.engine.cpu import proc_flags
-
-    monkeypatch.setattr("handoff.engine.cpu.kernel_flags", lambda: proc_flags("flags\t: avx avx2 fma"))
-    with VLLMEngine(EngineSettings(model=need(models.SMOLLM2), max_model_len=2048)) as engine:
-        assert engine._engine.dtype == "float32"
-        assert engine._engine._llm.vllm_config.model_config.dtype == torch.float32
-        prompt = smol_chat.render([{"role": "user", "content": "What is the capital of France?"}])
-        gen = engine.generate(prompt, Sampling(max_tokens=24))
+    assert smollm2_engine._engine.dtype == "float32"
+    assert smollm2_engine._engine._llm.vllm_config.model_config.dtype == torch.float32
+    prompt = smol_chat.render([{"role": "user", "content": "What is the capital of France?"}])
+    gen = smollm2_engine.generate(prompt, Sampling(max_tokens=24))
     assert gen.finish_reason in ("stop", "length") and gen.token_ids
     assert "paris" in gen.text.lower()
