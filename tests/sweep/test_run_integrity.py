@@ -279,17 +279,25 @@ def test_header_keys_and_secret_values_are_redacted_under_any_key(monkeypatch):
 
 # -- 15: leaks -----------------------------------------------------------------------------------------
 @pytest.mark.ray
-def test_an_embedded_cluster_removes_its_ray_temp_dir(tmp_path):
+def test_an_embedded_cluster_removes_its_ray_temp_dir_and_prestarts_no_worker(tmp_path):
+    """Also: its raylet runs with RAY_prestart_worker_first_driver=0 (no idle workers for the first
+    driver: they would only spend CPU), though this process's environment does not set it."""
     script = textwrap.dedent("""
-        import ray
+        import psutil, ray
         from handoff.sweep.config import ClusterConfig
         from handoff.sweep.run import ray_cluster
         with ray_cluster(ClusterConfig(num_cpus=1, num_gpus=0)):
-            print(ray._private.worker._global_node.get_temp_dir_path(), flush=True)
+            node = ray._private.worker._global_node
+            [raylet] = node.all_processes["raylet"]
+            print(psutil.Process(raylet.process.pid).environ().get("RAY_prestart_worker_first_driver"))
+            print(node.get_temp_dir_path(), flush=True)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_prestart_worker_first_driver"}  # tests/conftest.py's
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    temp_dir = Path(proc.stdout.strip().splitlines()[-1])
+    prestart, temp_dir = proc.stdout.strip().splitlines()[-2:]
+    assert prestart == "0"
+    temp_dir = Path(temp_dir)
     assert temp_dir.name.startswith("rh-") and temp_dir.parent == Path("/tmp")
     assert not temp_dir.exists()
 
