@@ -47,8 +47,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS = 4  # per GPU node: the agent's and the user simulator's engines at TP=2
+# One episode-worker process of two threads (two episodes at once, as two processes of one ran them): each
+# worker process imports tau2, transformers and vLLM's tool parser (~14 CPU s). The node-loss test under
+# running episodes asks for two, one of them on the node it loses.
 BASE = ["engine=scripted", "engine.device=gpu", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4",
-        "shard_size=2", "workers.processes=2", "workers.threads=1", "max_attempts=3", "logger.mode=disabled",
+        "shard_size=2", "workers.processes=1", "workers.threads=2", "max_attempts=3", "logger.mode=disabled",
         "cluster=existing"]
 N_EPISODES = 4
 DELAY = "engine.script.delay_s=2.0"  # >= 4 requests per episode: the last episodes run >= 8 s after the first
@@ -312,7 +315,8 @@ def test_node_lost_under_running_episodes_costs_no_attempt(cluster):
     watcher.start()
     try:
         started = time.monotonic()
-        _, summary = sweep(run_dir, "trials=2", DELAY, "engine.load_timeout_s=600", "workers.cpus=1.5")
+        _, summary = sweep(run_dir, "trials=2", DELAY, "engine.load_timeout_s=600", "workers.processes=2",
+                           "workers.threads=1", "workers.cpus=1.5")
         wall = time.monotonic() - started
         watcher.join(timeout=300)
     finally:
