@@ -269,7 +269,7 @@ def test_node_lost_under_a_slot_while_another_is_pinned(cluster, tmp_path):
         _, summary = sweep(run_dir, *checkpoints(root, 2), "user=hosted", f"user.model.path={root}/global_step_1",
                            f"user.model.tokenizer={model_path()}", "+engine.script.share_user_engine=true",
                            DELAY, f"engine.script.service_log={log}", "engine.load_timeout_s=60", "schedule=rolling",
-                           "workers.processes=1", "workers.cpus=1.5", "workers.threads=2")  # the worker: on the head
+                           "workers.cpus=1.5")  # BASE's one worker: on the head
         watcher.join(timeout=60)
     finally:
         for node in nodes:
