@@ -59,15 +59,19 @@ class SyntheticEpisodes:
 
     TURNS: dict = {}
 
-    def __init__(self, config: dict, log_dir: str | None = None):
+    def enter(self, sweep) -> int:
         from handoff.sweep.config import SweepConfig
 
-        self.cfg = SweepConfig.model_validate(config)
+        self.cfg = SweepConfig.model_validate(sweep.config)
+        return os.getpid()
 
     def ping(self) -> int:
         return os.getpid()
 
-    def run(self, episode: dict, agent, user) -> dict:
+    def idle(self) -> bool:
+        return False  # not kept: the next sweep may be of other turns
+
+    def run(self, episode: dict, agent, user, sweep) -> dict:
         from handoff.engine.base import Sampling
         from handoff.records import EpisodeRecord, Usage
         from handoff.sweep.engines import RayEngineClient

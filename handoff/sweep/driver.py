@@ -50,7 +50,8 @@ from handoff.sweep.pool import EnginePool, Placement, RayPlacement
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
-from handoff.sweep.worker import EngineRef, EpisodeWorker
+from handoff.sweep.worker import EngineRef, EpisodeWorker, SweepContext
+from handoff.sweep.workers import IDLE
 
 
 @dataclass
@@ -208,24 +209,43 @@ class Driver:
         self.pool.routed_around.clear()
 
     # -- workers --------------------------------------------------------------------------------
-    def start_workers(self, pending: int) -> None:
+    def _worker_count(self, pending: int) -> int:
         w = self.cfg.workers
         if w.processes is not None:
-            n = w.processes
-        else:
-            free = self.ray.cluster_resources().get("CPU", 1) - self.pool.engine_cpus()
-            n = max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
+            return w.processes
+        free = self.ray.cluster_resources().get("CPU", 1) - self.pool.engine_cpus()
+        return max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
+
+    def _worker_shape(self) -> tuple:
+        w = self.cfg.workers
+        return self.worker_cls.__module__, self.worker_cls.__qualname__, w.cpus, w.threads
+
+    def reuse_workers(self, pending: int) -> None:
+        """The idle workers an earlier sweep of this process left, if of this sweep's shape
+        (handoff.sweep.workers); before the engines are placed: those of another shape free their CPUs."""
+        self.workers = IDLE.take(self.ray, self._worker_shape(), self._worker_count(pending))
+
+    def start_workers(self, pending: int) -> None:
+        """The workers reuse_workers did not provide."""
+        w = self.cfg.workers
         # A killed worker is restarted by Ray; the driver resubmits its episodes (no retries by Ray,
         # which the driver could not count: an episode that kills its worker every time must end).
         actor = self.ray.remote(self.worker_cls).options(
             num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=0)
-        config = self.cfg.model_dump(mode="json")
-        self.workers = [actor.remote(config, self.log_dir) for _ in range(n)]
-        self.load = [0] * n
+        self.workers += [actor.remote() for _ in range(self._worker_count(pending) - len(self.workers))]
+        self.load = [0] * len(self.workers)
 
     def wait_workers(self) -> None:
-        """Until every worker has imported tau2 (minutes on a busy machine)."""
-        self.ray.get([h.ping.remote() for h in self.workers], timeout=max(600, self.cfg.engine.load_timeout_s))
+        """Until every worker serves this sweep (a new one has imported tau2: minutes on a busy machine)."""
+        self.sweep_ref = self.ray.put(SweepContext(self.cfg.model_dump(mode="json"), self.log_dir))
+        self.ray.get([h.enter.remote(self.sweep_ref) for h in self.workers],
+                     timeout=max(600, self.cfg.engine.load_timeout_s))
+
+    def release_workers(self, keep: bool) -> None:
+        """The idle workers are kept for this process's next sweep (`keep`), the others killed."""
+        IDLE.keep(self.ray, self._worker_shape(), self.workers if keep else [])
+        for w in [] if keep else self.workers:
+            self.ray.kill(w)
 
     # -- the loop -------------------------------------------------------------------------------
     def execute(self) -> Summary:
@@ -242,8 +262,10 @@ class Driver:
         self._postfix(bar)
         pending = self.pending
         user_ck, user_ref = self.user_ck, None
+        runs, finished = bool(pending), False  # (workers are taken only when something runs)
         try:
             if pending:  # engines are placed first (GPU nodes' CPUs), then workers take what is free
+                self.reuse_workers(missing)
                 user_ref = self.pool.launch(user_ck, "user") if user_ck is not None else None
                 self.start_workers(missing)
                 self.wait_workers()  # they import tau2 while the engines load
@@ -256,10 +278,11 @@ class Driver:
                 if mine:
                     self._run_checkpoint(ck, mine, user_ref, bar)
             self._fail_unaccounted(pending)
+            finished = True
         finally:
             self.pool.stop(user_ref)
-            for w in self.workers:
-                self.ray.kill(w)
+            if runs:
+                self.release_workers(keep=finished)
             bar.close()
             bar.save(self.run.root / "logs" / "engines.json")
         return self.summary()
@@ -348,7 +371,8 @@ class Driver:
                     placement.finished(slot, None)
                     placement.requeue(st, ep)
                     continue
-                ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None)
+                ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None,
+                                                 self.sweep_ref)
                 inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.policy.alone,
                                        place=live.places[w])
                 self.load[w] += 1

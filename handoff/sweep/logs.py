@@ -67,28 +67,50 @@ class ActorOutput:
     everything else the process writes goes to `path` (None: verbose, all on the terminal)."""
 
     def __init__(self, directory: str | None, name: str):
-        self.path: Path | None = None
+        self.name, self.path = name, None
         self.terminal: TextIO = sys.stderr
         self._seen: set[str] = set()
-        if directory is not None:
-            # by host and pid: on a cluster's shared file system two nodes' processes may share a pid
-            self._redirect(Path(directory) / f"{name}-{socket.gethostname()}-{os.getpid()}.log")
+        self.to(directory)
         _log_to_stderr()
+
+    def to(self, directory: str | None) -> None:
+        """Log into `directory` from now on (None: the terminal); an episode worker moves on with
+        the sweeps it serves."""
+        # by host and pid: on a cluster's shared file system two nodes' processes may share a pid
+        path = None if directory is None else Path(directory) / f"{self.name}-{socket.gethostname()}-{os.getpid()}.log"
+        if path == self.path:
+            return
+        if path is None:
+            self._restore()
+        else:
+            self._redirect(path)
 
     def _redirect(self, path: Path) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:  # e.g. a node that does not see the run directory
+            self._restore()
             print(f"cannot log to {path} ({exc}); this process logs to the terminal", file=sys.stderr, flush=True)
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        self.terminal = os.fdopen(os.dup(2), "w", buffering=1)
+        if self.path is None:  # keep the original stdout and stderr
+            self._stdout, self.terminal = os.dup(1), os.fdopen(os.dup(2), "w", buffering=1)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
         self.path = path
+
+    def _restore(self) -> None:
+        """Fds 1 and 2 back to the original ones, which Ray forwards to the terminal."""
+        if self.path is None:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._stdout, 1)
+        os.dup2(self.terminal.fileno(), 2)
+        self.path = None
 
     def say(self, line: str) -> None:
         """One line on the terminal (and in the log file)."""

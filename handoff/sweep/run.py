@@ -37,6 +37,7 @@ from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
+from handoff.sweep.workers import IDLE
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -229,6 +230,7 @@ def ray_cluster(cluster: ClusterConfig, verbose: bool = True):
                      _temp_dir=cluster.temp_dir or made, **common)
         yield ray
     finally:
+        IDLE.forget()  # its episode workers end with it
         ray.shutdown()
         if made:
             shutil.rmtree(made, ignore_errors=True)

@@ -1,12 +1,19 @@
 """Episode workers: Ray actor processes that each run many tau2 episodes at once (a threaded actor,
 `max_concurrency` = workers.threads); several processes use all cores despite the GIL. Episodes
 call the engine actors through RayEngineClient; the worker keeps tokenizers and tasks cached.
+
+A worker serves one sweep at a time, and may serve several in turn (handoff.sweep.workers keeps idle
+ones for the driver's next sweep): what it needs of a sweep (`SweepContext`: the config, where its
+output goes) comes with each call, so a worker that Ray restarts, whose constructor gets nothing of
+the sweep, takes it up with its next episode.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from handoff.sweep.config import Checkpoint, SweepConfig
@@ -31,34 +38,66 @@ def _chat(tokenizer_path: str, chat_template: str | None):
     return ChatFormat(tokenizer_path, chat_template)
 
 
+@dataclass(frozen=True)
+class SweepContext:
+    """What a worker needs of the sweep it serves; `id` tells one sweep from the next."""
+
+    config: dict  # SweepConfig, as JSON
+    log_dir: str | None  # the run's logs/ (None: the terminal)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
 class EpisodeWorker:
     """Runs episodes (use through ray.remote with max_concurrency = threads)."""
 
-    def __init__(self, config: dict, log_dir: str | None = None):
+    def __init__(self):
         from handoff.sweep.logs import ActorOutput
 
-        self.out = ActorOutput(log_dir, "worker")  # the process's output to <run>/logs/ unless verbose
-        import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
-        import handoff.agent.episode  # noqa: F401 - tau2 and litellm (~6 CPU s), imported while engines load
-        import handoff.tasks  # noqa: F401
-
-        self.cfg = SweepConfig.model_validate(config)
+        self.out = ActorOutput(None, "worker")  # to the run's logs/ once it serves a sweep (enter)
         self._lock = threading.Lock()
-        # Tokenizers of the checkpoints in flight at once (one per agent slot, the user's, and one
-        # whose slot is moving on); older ones are dropped: a long sweep keeps no tokenizer per checkpoint.
-        self._chat = lru_cache(maxsize=self.cfg.engine.replicas + 2)(_chat)
+        self._sweep: str | None = None
+        self.running = 0  # episodes in this process now (idle: 0)
+
+    def enter(self, sweep: SweepContext) -> int:
+        """Serve `sweep` from now on (a no-op when it already does); the first time, import tau2 and
+        the agent's parser (~13 CPU s). Returns the process id."""
+        with self._lock:
+            if sweep.id != self._sweep:
+                self.out.to(sweep.log_dir)  # the process's output to <run>/logs/ unless verbose
+                import handoff  # noqa: F401 - prepares the process for tau2 (litellm cost map, loguru)
+                import handoff.agent.episode  # noqa: F401 - tau2 and litellm (~6 CPU s), imported while engines load
+                import handoff.tasks  # noqa: F401
+
+                self.cfg = SweepConfig.model_validate(sweep.config)
+                # Tokenizers of the checkpoints in flight at once (one per agent slot, the user's, and one
+                # whose slot is moving on); older ones are dropped: a long sweep keeps no tokenizer per checkpoint.
+                self._chat = lru_cache(maxsize=self.cfg.engine.replicas + 2)(_chat)
+                self._sweep = sweep.id
+        return os.getpid()
 
     def ping(self) -> int:
-        import os
-
         return os.getpid()
+
+    def idle(self) -> bool:
+        """Whether no episode runs here (one that a driver abandoned or cancelled may still)."""
+        return self.running == 0
 
     def chat(self, ck: Checkpoint):
         with self._lock:  # tokenizer loading is not thread-safe
             return self._chat(ck.tokenizer or ck.path, ck.chat_template)
 
-    def run(self, episode: dict, agent: EngineRef, user: EngineRef | None) -> dict:
-        """Run one planned episode and return its EpisodeRecord (as a dict)."""
+    def run(self, episode: dict, agent: EngineRef, user: EngineRef | None, sweep: SweepContext) -> dict:
+        """Run one planned episode of `sweep` and return its EpisodeRecord (as a dict)."""
+        self.enter(sweep)
+        with self._lock:
+            self.running += 1
+        try:
+            return self._run(episode, agent, user)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def _run(self, episode: dict, agent: EngineRef, user: EngineRef | None) -> dict:
         from handoff.agent.episode import run_episode
         from handoff.tasks import get_task
 

@@ -304,10 +304,11 @@ def test_an_embedded_cluster_removes_its_ray_temp_dir_and_prestarts_no_worker(tm
 
 def test_a_worker_keeps_a_bounded_number_of_tokenizers(tmp_path):
     from handoff.sweep.config import checkpoints, validate
-    from handoff.sweep.worker import EpisodeWorker
+    from handoff.sweep.worker import EpisodeWorker, SweepContext
 
     cfg = validate(compose([*TINY, "engine.replicas=1"]))
-    worker = EpisodeWorker(cfg.model_dump(mode="json"))
+    worker = EpisodeWorker()
+    worker.enter(SweepContext(cfg.model_dump(mode="json"), None))
     ck = checkpoints(cfg)[0].model_copy(update={"path": "/ckpt/0"})
     first = worker.chat(ck)
     assert worker.chat(ck) is first  # cached while in use

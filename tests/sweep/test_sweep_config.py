@@ -265,7 +265,7 @@ def test_each_attempt_of_an_episode_is_a_user_session_of_its_own(tmp_path, monke
     """A retried episode's user simulator starts a session of its own, as its agent does, so that the
     replica counts its turns from the first (EngineHost._count); the id keeps its prefix, which
     engine.script.fail_sessions and the fault tests match."""
-    from handoff.sweep.worker import EpisodeWorker
+    from handoff.sweep.worker import EpisodeWorker, SweepContext
 
     class Stop(Exception):
         pass
@@ -274,13 +274,14 @@ def test_each_attempt_of_an_episode_is_a_user_session_of_its_own(tmp_path, monke
         sessions.append(session_id)
         raise Stop
 
-    worker, sessions = EpisodeWorker(validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"])).model_dump()), []
+    worker, sessions = EpisodeWorker(), []
+    sweep = SweepContext(validate(compose([f"run_dir={tmp_path}/run", "engine=scripted"])).model_dump(), None)
     monkeypatch.setattr(worker, "_user", user)
     task_id = load_tasks("retail")[0].id
     ep = Episode(model="m", step=0, domain="retail", task_id=task_id, trial=0, seed=1)
     for _ in range(2):  # two attempts
         with pytest.raises(Stop):
-            worker.run(ep.model_dump(), None, None)
+            worker.run(ep.model_dump(), None, None, sweep)
     assert sessions[0] != sessions[1]
     assert all(s.startswith(f"user/m/retail/{task_id}/0/") for s in sessions), sessions
 

@@ -219,3 +219,62 @@ def test_changed_config_refuses_to_resume_from_the_command_line(baseline, capsys
     assert status == 2
     assert "refusing to resume" in stderr and "seed: 0 -> 7" in stderr
     assert "engine.script.agent: [" in stderr
+
+
+def test_only_an_idle_worker_is_kept(ray_cluster, monkeypatch):
+    """IdleWorkers keeps the worker that says no episode runs in it, and kills the busy one and the
+    one that does not answer (every thread taken); a later sweep of another shape kills the kept one."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    from handoff.sweep import workers
+
+    class Probe:
+        def __init__(self, answer: bool | None):
+            self.answer = answer
+
+        def idle(self) -> bool:
+            if self.answer is None:
+                time.sleep(600)  # its one thread runs a stuck episode
+            return bool(self.answer)
+
+        def ping(self) -> int:
+            return os.getpid()
+
+    monkeypatch.setattr(workers, "RELEASE_WAIT_S", 5.0)
+    probe = ray.remote(Probe).options(num_cpus=0.01, max_concurrency=1)
+    idle, busy, stuck = (probe.remote(a) for a in (True, False, None))
+    ray.get([h.ping.remote() for h in (idle, busy, stuck)], timeout=300)
+    kept = workers.IdleWorkers()
+    kept.keep(ray, ("probe", 1), [idle, busy, stuck])
+    assert kept.handles == [idle]
+    for gone in (busy, stuck):
+        with pytest.raises(RayActorError):
+            ray.get(gone.ping.remote(), timeout=300)
+    assert kept.take(ray, ("probe", 2), 1) == [] and kept.handles == []
+    with pytest.raises(RayActorError):
+        ray.get(idle.ping.remote(), timeout=300)
+
+
+def worker_pids(run_dir: Path) -> set[int]:
+    """The episode workers that served the run: their logs are logs/worker-<host>-<pid>.log."""
+    return {int(p.stem.rsplit("-", 1)[1]) for p in (run_dir / "logs").glob("worker-*.log")}
+
+
+def test_the_next_sweep_on_the_same_ray_takes_up_the_idle_worker(baseline, tmp_path):
+    """(Last of the module: it ends with a worker of another shape.) The worker process of a sweep,
+    idle at its end, runs the next sweep of its shape (no second import of tau2 and vLLM's parser)
+    with the baseline's results, logging into the new run; a sweep of another shape
+    (workers.threads=1) kills it and starts its own."""
+    import psutil
+
+    first, again, other = tmp_path / "first", tmp_path / "again", tmp_path / "other"
+    sweep(first, "tasks.limit=2")
+    _, summary = sweep(again)
+    assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
+    assert worker_pids(again) == worker_pids(first) and len(worker_pids(again)) == 1
+    assert result_set(again) == result_set(baseline[0])
+    [kept] = worker_pids(again)
+    sweep(other, "workers.threads=1", "tasks.limit=2")
+    assert worker_pids(other) and kept not in worker_pids(other)
+    assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == psutil.STATUS_ZOMBIE

@@ -212,6 +212,33 @@ def test_an_actors_output_goes_to_its_log_and_its_failure_to_the_terminal(tmp_pa
     assert terminal.rstrip().endswith("failed request r2: RuntimeError: CPU Generator does not use offset")
 
 
+MOVING = textwrap.dedent("""
+    import os, sys
+    from handoff.sweep.logs import ActorOutput
+    out = ActorOutput(None, "worker")  # an episode worker before its first sweep
+    for directory in (*sys.argv[1:], None):
+        out.to(directory)
+        print(f"stdout in {directory}", flush=True)
+        os.write(2, f"fd 2 in {directory}\\n".encode())
+        out.say(f"said in {directory}")
+""")
+
+
+def test_a_worker_that_moves_to_another_sweep_logs_into_its_run(tmp_path):
+    """An episode worker kept for the next sweep (handoff.sweep.workers) logs into each sweep's logs/
+    in turn, and back on the terminal for a verbose one; what it says reaches the terminal throughout."""
+    first, second = tmp_path / "first" / "logs", tmp_path / "second" / "logs"
+    proc = subprocess.run([sys.executable, "-c", MOVING, str(first), str(second)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (log1,), (log2,) = first.glob("worker-*.log"), second.glob("worker-*.log")
+    assert log1.name == log2.name  # the same process
+    assert log1.read_text() == f"stdout in {first}\nfd 2 in {first}\nsaid in {first}\n"
+    assert log2.read_text() == f"stdout in {second}\nfd 2 in {second}\nsaid in {second}\n"
+    assert proc.stdout == "stdout in None\n"
+    assert proc.stderr == f"said in {first}\nsaid in {second}\nfd 2 in None\nsaid in None\n"
+
+
 def test_verbose_leaves_the_output_on_the_terminal(tmp_path):
     proc = run_actor()
     assert proc.returncode == 0, proc.stderr
