@@ -59,11 +59,10 @@ class SyntheticEpisodes:
 
     TURNS: dict = {}
 
-    def enter(self, sweep) -> int:
+    def enter(self, sweep) -> None:
         from handoff.sweep.config import SweepConfig
 
         self.cfg = SweepConfig.model_validate(sweep.config)
-        return os.getpid()
 
     def ping(self) -> int:
         return os.getpid()

@@ -220,19 +220,19 @@ class Driver:
         w = self.cfg.workers
         return self.worker_cls.__module__, self.worker_cls.__qualname__, w.cpus, w.threads
 
-    def reuse_workers(self, pending: int) -> None:
-        """The idle workers an earlier sweep of this process left, if of this sweep's shape
+    def reuse_workers(self, n: int) -> None:
+        """Up to `n` idle workers an earlier sweep of this process left, if of this sweep's shape
         (handoff.sweep.workers); before the engines are placed: those of another shape free their CPUs."""
-        self.workers = IDLE.take(self.ray, self._worker_shape(), self._worker_count(pending))
+        self.workers = IDLE.take(self.ray, self._worker_shape(), n)
 
-    def start_workers(self, pending: int) -> None:
-        """The workers reuse_workers did not provide."""
+    def start_workers(self, n: int) -> None:
+        """The `n` workers in all, those reuse_workers did not provide started."""
         w = self.cfg.workers
         # A killed worker is restarted by Ray; the driver resubmits its episodes (no retries by Ray,
         # which the driver could not count: an episode that kills its worker every time must end).
         actor = self.ray.remote(self.worker_cls).options(
             num_cpus=w.cpus, max_concurrency=w.threads, max_restarts=-1, max_task_retries=0)
-        self.workers += [actor.remote() for _ in range(self._worker_count(pending) - len(self.workers))]
+        self.workers += [actor.remote() for _ in range(n - len(self.workers))]
         self.load = [0] * len(self.workers)
 
     def wait_workers(self) -> None:
@@ -243,8 +243,10 @@ class Driver:
 
     def release_workers(self, keep: bool) -> None:
         """The idle workers are kept for this process's next sweep (`keep`), the others killed."""
-        IDLE.keep(self.ray, self._worker_shape(), self.workers if keep else [])
-        for w in [] if keep else self.workers:
+        if keep:
+            IDLE.keep(self.ray, self._worker_shape(), self.workers)
+            return
+        for w in self.workers:
             self.ray.kill(w)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -265,9 +267,10 @@ class Driver:
         runs, finished = bool(pending), False  # (workers are taken only when something runs)
         try:
             if pending:  # engines are placed first (GPU nodes' CPUs), then workers take what is free
-                self.reuse_workers(missing)
+                n_workers = self._worker_count(missing)
+                self.reuse_workers(n_workers)
                 user_ref = self.pool.launch(user_ck, "user") if user_ck is not None else None
-                self.start_workers(missing)
+                self.start_workers(n_workers)
                 self.wait_workers()  # they import tau2 while the engines load
                 user_ref = self._await_user(user_ref, pending) if user_ref is not None else None
                 pending = [st for st in pending if not st.failed]

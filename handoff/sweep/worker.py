@@ -58,9 +58,9 @@ class EpisodeWorker:
         self._sweep: str | None = None
         self.running = 0  # episodes in this process now (idle: 0)
 
-    def enter(self, sweep: SweepContext) -> int:
+    def enter(self, sweep: SweepContext) -> None:
         """Serve `sweep` from now on (a no-op when it already does); the first time, import tau2 and
-        the agent's parser (~13 CPU s). Returns the process id."""
+        the agent's parser (~13 CPU s)."""
         with self._lock:
             if sweep.id != self._sweep:
                 self.out.to(sweep.log_dir)  # the process's output to <run>/logs/ unless verbose
@@ -73,7 +73,6 @@ class EpisodeWorker:
                 # whose slot is moving on); older ones are dropped: a long sweep keeps no tokenizer per checkpoint.
                 self._chat = lru_cache(maxsize=self.cfg.engine.replicas + 2)(_chat)
                 self._sweep = sweep.id
-        return os.getpid()
 
     def ping(self) -> int:
         return os.getpid()
