@@ -18,7 +18,7 @@ import handoff  # noqa: F401  (litellm's local cost map, quiet loguru: before ta
 # (tests/support/cluster.py), and that cluster's GCS destroys every actor the driver creates before it
 # starts ("all references to the actor were removed").
 os.environ["RAY_AUTH_MODE"] = "disabled"
-# Nor does any Ray of the tests prestart idle workers for its first driver (as handoff.sweep.run.ray_cluster's
+# Nor does any Ray of the tests prestart idle workers for its first driver (as handoff.sweep.session.ray_cluster's
 # embedded cluster does not) or collect metrics, which no test reads: on an idle local Ray of 2 CPUs, the
 # two together cut the start from 6.2 to 3.8 CPU s and the daemons' idling from 3.4 to 1.7 CPU s a minute.
 os.environ["RAY_prestart_worker_first_driver"] = "0"

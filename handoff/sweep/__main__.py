@@ -1,6 +1,7 @@
 """`python -m handoff.sweep [HYDRA ARGS]` (also `handoff sweep`, `make sweep`, `make resume RUN=<dir>`):
 the Hydra entry point. Its arguments reach Hydra unchanged: overrides, --help, --cfg job, --info,
--m/--multirun and shell completion all work.
+-m/--multirun and shell completion all work. A multirun's jobs run on one Ray (and one set of
+episode workers) while they ask for the same cluster (handoff.sweep.session).
 
 Exit status: 0 when every shard finished, 1 when some failed (they are in <run>/failed/) or reducing
 or reporting failed, 2 for a bad config, a bad override or a refused resume (the message, no
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
 from handoff.sweep.run import CONF_DIR, resume_dir, run_and_finish
+from handoff.sweep.session import one_ray
 
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
 
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -
         os.environ["COMP_LINE"] = re.sub(r"^(\s*\S+)\s+sweep\b", r"\1", os.environ["COMP_LINE"])
     saved, sys.argv = sys.argv, [prog.split()[0], *argv]  # Hydra reads sys.argv; completion uses argv[0]
     try:
-        _hydra_job()
+        with one_ray():  # a multirun's jobs share Ray and their episode workers
+            _hydra_job()
     except SystemExit as exc:  # Hydra refused the command line or the config, and printed why
         if exc.code not in (0, None):
             return max([USER_ERROR_STATUS, *_job_statuses])

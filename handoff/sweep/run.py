@@ -7,11 +7,8 @@ ones), and refuses if the config, the tasks, the labels or tau2 changed.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import traceback
 from dataclasses import asdict
 from importlib.metadata import version
@@ -37,7 +34,7 @@ from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
-from handoff.sweep.workers import IDLE
+from handoff.sweep.session import embedded, one_ray, ray_cluster
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -195,47 +192,6 @@ def local_resources(cluster: ClusterConfig) -> tuple[float, float]:
     return float(cluster.num_cpus or os.cpu_count() or 1), float(gpus)
 
 
-@contextlib.contextmanager
-def ray_cluster(cluster: ClusterConfig, verbose: bool = True):
-    """Ray for the sweep: an existing one (already initialized, or cluster.address), or an embedded
-    local cluster that is shut down at the end. Never `ray stop`: other clusters may be running.
-    Unless `verbose`, Ray's own INFO lines stay off the terminal."""
-    import logging
-
-    import ray
-
-    if ray.is_initialized():
-        yield ray
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # No idle workers prestarted for the first driver: a sweep runs only actors, each started when
-    # it is created, so they would only spend CPU (a scripted two-episode sweep: 27 -> 24 CPU s).
-    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-    if not sys.stderr.isatty():  # a Ray Job's or SLURM log: no colour codes around the actors' lines
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    # log_to_driver: what the engines and workers write to the terminal (a vLLM traceback, CUDA OOM;
-    # handoff.sweep.logs) reaches the driver's log, and so a Ray Job's log.
-    common = dict(include_dashboard=False, log_to_driver=True, namespace="handoff",
-                  logging_level=logging.INFO if verbose else logging.WARNING)
-    # An embedded cluster without cluster.temp_dir gets a fresh short /tmp/rh-XXXX (AF_UNIX socket
-    # paths must stay under 107 bytes), removed when it is shut down.
-    made = None if cluster.address or cluster.temp_dir else tempfile.mkdtemp(prefix="rh-", dir="/tmp")
-    try:
-        if cluster.address:
-            ray.init(address=cluster.address, **common)
-        else:
-            ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus,
-                     object_store_memory=(cluster.object_store_mb or 256) << 20,
-                     _temp_dir=cluster.temp_dir or made, **common)
-        yield ray
-    finally:
-        IDLE.forget()  # its episode workers end with it
-        ray.shutdown()
-        if made:
-            shutil.rmtree(made, ignore_errors=True)
-
-
 def run_sweep(cfg: DictConfig, overrides: list[str], progress: bool = True) -> tuple[Prepared, Summary]:
     """Run (or resume) the sweep; the run directory holds the results."""
     prepared = prepare(cfg, overrides)
@@ -261,7 +217,8 @@ def execute(prepared: Prepared, progress: bool) -> Summary:
     if prepared.sweep.adaptive.enabled:
         from handoff.sweep.adaptive import run_rounds
 
-        return run_rounds(prepared, progress, _execute)
+        with one_ray():  # the rounds share Ray and the episode workers
+            return run_rounds(prepared, progress, _execute)
     return _execute(prepared, progress)
 
 
@@ -271,7 +228,7 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
     driver = Driver(prepared.sweep, prepared.run, ckpts, prepared.shards if shards is None else shards,
                     progress=progress)
     cluster = prepared.sweep.cluster
-    local = not cluster.address and not _ray_initialized()
+    local = embedded(cluster, prepared.sweep.verbose)
     if local:
         _local_engine_threads(prepared.sweep.engine, driver.pool.engine_sets())
     if progress:
@@ -303,12 +260,6 @@ def print_plan(prepared: Prepared, driver: Driver) -> None:
     pending = sum(len(st.shard.episodes) - len(st.records) for st in driver.pending)
     print("\n".join(plan_lines(prepared.sweep, prepared.ckpts, prepared.shards, pending, prepared.run.root,
                                driver.log_dir)), file=sys.stderr, flush=True)
-
-
-def _ray_initialized() -> bool:
-    import ray
-
-    return ray.is_initialized()
 
 
 def serve_merged(driver: Driver, sweep: SweepConfig, local: bool) -> None:

@@ -285,7 +285,7 @@ def test_an_embedded_cluster_removes_its_ray_temp_dir_and_prestarts_no_worker(tm
     script = textwrap.dedent("""
         import psutil, ray
         from handoff.sweep.config import ClusterConfig
-        from handoff.sweep.run import ray_cluster
+        from handoff.sweep.session import ray_cluster
         with ray_cluster(ClusterConfig(num_cpus=1, num_gpus=0)):
             node = ray._private.worker._global_node
             [raylet] = node.all_processes["raylet"]
@@ -300,6 +300,37 @@ def test_an_embedded_cluster_removes_its_ray_temp_dir_and_prestarts_no_worker(tm
     temp_dir = Path(temp_dir)
     assert temp_dir.name.startswith("rh-") and temp_dir.parent == Path("/tmp")
     assert not temp_dir.exists()
+
+
+@pytest.mark.ray
+def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only():
+    """Inside one_ray() (an adaptive sweep's rounds, a multirun's jobs) the second sweep with the same
+    cluster settings runs on the first one's Ray, still embedded (its own: local checks apply); one
+    with other settings gets a new cluster, the old one shut down and its temp dir removed; leaving
+    shuts down the last. Outside, a sweep's embedded cluster ends with it."""
+    import ray
+
+    from handoff.sweep.config import ClusterConfig
+    from handoff.sweep.session import embedded, one_ray, ray_cluster
+
+    def temp_dir() -> Path:
+        return Path(ray._private.worker._global_node.get_temp_dir_path())
+
+    small, other = ClusterConfig(num_cpus=1, num_gpus=0), ClusterConfig(num_cpus=2, num_gpus=0)
+    assert not ray.is_initialized()
+    with one_ray():
+        with ray_cluster(small, verbose=False):
+            first, first_dir = ray.get_runtime_context().get_job_id(), temp_dir()
+        assert ray.is_initialized() and embedded(small, False) and not embedded(other, False)
+        with ray_cluster(small, verbose=False):
+            assert ray.get_runtime_context().get_job_id() == first and temp_dir() == first_dir
+        with ray_cluster(other, verbose=False):
+            assert not first_dir.exists() and ray.cluster_resources()["CPU"] == 2
+            other_dir = temp_dir()
+    assert not ray.is_initialized() and not other_dir.exists()
+    with ray_cluster(small, verbose=False):
+        once_dir = temp_dir()
+    assert not ray.is_initialized() and not once_dir.exists()
 
 
 def test_a_worker_keeps_a_bounded_number_of_tokenizers(tmp_path):

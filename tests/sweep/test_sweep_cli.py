@@ -16,6 +16,7 @@ import pytest
 from handoff.errors import ConfigError
 from handoff.rundir import RunPaths
 from handoff.sweep.__main__ import main as sweep_main
+from handoff.sweep.logs import LOGS
 from handoff.sweep.run import compose, merge_overrides, prepare
 
 ENTRIES = {"handoff sweep": ["-m", "handoff", "sweep"], "python -m handoff.sweep": ["-m", "handoff.sweep"]}
@@ -152,6 +153,9 @@ def test_multirun_of_two_scripted_sweeps_then_a_failed_report_exits_1(tmp_path):
         run_dir = base / f"m{seed}"
         assert len(RunPaths(run_dir).shards()) == 1, seed
         assert RunPaths(run_dir).report_md.is_file()
+    # The jobs shared one Ray: job 1's episode worker (its log is named by its pid) served job 2 too.
+    workers = [{p.name for p in (RunPaths(base / f"m{seed}").root / LOGS).glob("worker-*.log")} for seed in (0, 1)]
+    assert len(workers[0]) == 1 and workers[0] == workers[1], workers
     # A failure while reducing or reporting never exits 0: report/ is a file, so the report fails.
     run_dir = base / "m0"
     shutil.rmtree(RunPaths(run_dir).report)
