@@ -157,7 +157,7 @@ def test_a_timed_out_episode_is_cancelled(faults, tmp_path):
                log=str(log), traced=True)
     run_dir = tmp_path / "run"
     _, summary = sweep(run_dir, "workers.threads=1", "trials=2", "tasks.limit=1",
-                       "episode_timeout_s=60")
+                       "episode_timeout_s=30")  # 10x a scripted episode: the hung request is the only wait
     events = [line.split() for line in log.read_text().splitlines()]
     assert [e[0] for e in events if e[0] in ("slow", "cancelled", "slow_done")] == ["slow", "cancelled"], events
     trial1 = [e[0] if e[0] == "run" else e[3] for e in events if e[0] in ("run", "ran") and e[2].endswith("/1")]
