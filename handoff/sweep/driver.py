@@ -217,8 +217,12 @@ class Driver:
         return max(1, min(int(free // w.cpus), math.ceil(pending / w.threads)))
 
     def _worker_shape(self) -> tuple:
-        w = self.cfg.workers
-        return self.worker_cls.__module__, self.worker_cls.__qualname__, w.cpus, w.threads
+        """What a kept worker must match: its class, CPUs and threads, and the engines placed beside
+        it. A kept worker holds its CPUs where it was placed; engines that need what the last sweep's
+        needed fit again, others might not (a TP=2 bundle on the node where it sits)."""
+        w, e = self.cfg.workers, self.cfg.engine
+        engines = (self.pool.engine_sets(), e.replicas, e.replica_cpus, e.num_gpus, e.tensor_parallel_size)
+        return self.worker_cls.__module__, self.worker_cls.__qualname__, w.cpus, w.threads, engines
 
     def reuse_workers(self, n: int) -> None:
         """Up to `n` idle workers an earlier sweep of this process left, if of this sweep's shape

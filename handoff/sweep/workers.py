@@ -4,8 +4,9 @@ A worker process spends ~13 CPU s importing tau2 and vLLM's tool parser before i
 more than a short sweep's episodes. A driver that runs several sweeps on one Ray session (an
 adaptive sweep's rounds, a multirun or a training loop on an existing cluster, a test module's
 cluster) keeps the workers that end a sweep idle and takes them up for the next one of the same
-shape (worker class, CPUs, threads); a sweep of another shape kills them before its engines are
-placed, so they hold no CPU it needs. A worker with an episode still running (one the driver
+shape (worker class, CPUs, threads, and the resources its engines need: a kept worker holds its CPUs
+on its node, where engines of other needs might not fit beside it); a sweep of another shape kills
+them before its engines are placed. A worker with an episode still running (one the driver
 abandoned or cancelled) is killed, never kept. Ray ends them all with the driver's job.
 """
 

@@ -264,17 +264,21 @@ def worker_pids(run_dir: Path) -> set[int]:
 def test_the_next_sweep_on_the_same_ray_takes_up_the_idle_worker(baseline, tmp_path):
     """(Last of the module: it ends with a worker of another shape.) The worker process of a sweep,
     idle at its end, runs the next sweep of its shape (no second import of tau2 and vLLM's parser)
-    with the baseline's results, logging into the new run; a sweep of another shape
-    (workers.threads=1) kills it and starts its own."""
+    with the baseline's results, logging into the new run; a sweep of another shape kills it and
+    starts its own: other engine needs (engine.replicas=2: a kept worker holds its CPUs on its node,
+    where other replicas might not fit), then other workers (workers.threads=1)."""
     import psutil
 
-    first, again, other = tmp_path / "first", tmp_path / "again", tmp_path / "other"
+    first, again, more, other = tmp_path / "first", tmp_path / "again", tmp_path / "more", tmp_path / "other"
     sweep(first, "tasks.limit=2")
     _, summary = sweep(again)
     assert summary.shards_failed == [] and summary.episodes_done == N_EPISODES
     assert worker_pids(again) == worker_pids(first) and len(worker_pids(again)) == 1
     assert result_set(again) == result_set(baseline[0])
-    [kept] = worker_pids(again)
-    sweep(other, "workers.threads=1", "tasks.limit=2")
-    assert worker_pids(other) and kept not in worker_pids(other)
-    assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == psutil.STATUS_ZOMBIE
+    previous = again
+    for run_dir, override in ((more, "engine.replicas=2"), (other, "workers.threads=1")):
+        [kept] = worker_pids(previous)
+        sweep(run_dir, override, "tasks.limit=2")
+        assert worker_pids(run_dir) and kept not in worker_pids(run_dir), override
+        assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == psutil.STATUS_ZOMBIE
+        previous = run_dir
