@@ -228,7 +228,7 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
     driver = Driver(prepared.sweep, prepared.run, ckpts, prepared.shards if shards is None else shards,
                     progress=progress)
     cluster = prepared.sweep.cluster
-    local = embedded(cluster, prepared.sweep.verbose)
+    local = embedded(cluster)
     if local:
         _local_engine_threads(prepared.sweep.engine, driver.pool.engine_sets())
     if progress:

@@ -44,13 +44,13 @@ def one_ray():
             _release()
 
 
-def embedded(cluster: ClusterConfig, verbose: bool) -> bool:
-    """Whether the sweep runs on a local cluster of its own: one it will start, or one an earlier
-    sweep of this one_ray() started with the same settings (not the caller's Ray, not an address)."""
+def embedded(cluster: ClusterConfig) -> bool:
+    """Whether the sweep runs on a local cluster of its own: one it will start (a kept Ray of other
+    settings is shut down first), or one an earlier sweep of this one_ray() started with the same
+    settings; not the caller's Ray, not cluster.address."""
     import ray
 
-    return not cluster.address and (_kept is not None and _kept.key == _key(cluster, verbose)
-                                     or not ray.is_initialized())
+    return not cluster.address and (_kept is not None or not ray.is_initialized())
 
 
 @contextlib.contextmanager

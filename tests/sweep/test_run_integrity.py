@@ -306,8 +306,9 @@ def test_an_embedded_cluster_removes_its_ray_temp_dir_and_prestarts_no_worker(tm
 def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only():
     """Inside one_ray() (an adaptive sweep's rounds, a multirun's jobs) the second sweep with the same
     cluster settings runs on the first one's Ray, still embedded (its own: local checks apply); one
-    with other settings gets a new cluster, the old one shut down and its temp dir removed; leaving
-    shuts down the last. Outside, a sweep's embedded cluster ends with it."""
+    with other settings gets a new embedded cluster, the old one shut down and its temp dir removed;
+    leaving shuts down the last. Outside, a sweep's embedded cluster ends with it, and a Ray that is
+    up without one_ray() keeping it is the caller's."""
     import ray
 
     from handoff.sweep.config import ClusterConfig
@@ -321,7 +322,7 @@ def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only(
     with one_ray():
         with ray_cluster(small, verbose=False):
             first, first_dir = ray.get_runtime_context().get_job_id(), temp_dir()
-        assert ray.is_initialized() and embedded(small, False) and not embedded(other, False)
+        assert ray.is_initialized() and embedded(small) and embedded(other)  # other: a new one of its own
         with ray_cluster(small, verbose=False):
             assert ray.get_runtime_context().get_job_id() == first and temp_dir() == first_dir
         with ray_cluster(other, verbose=False):
@@ -330,6 +331,7 @@ def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only(
     assert not ray.is_initialized() and not other_dir.exists()
     with ray_cluster(small, verbose=False):
         once_dir = temp_dir()
+        assert not embedded(small)  # a sweep started now would run on this Ray, the caller's
     assert not ray.is_initialized() and not once_dir.exists()
 
 
