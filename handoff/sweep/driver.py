@@ -51,7 +51,7 @@ from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.schedule import Fixed, Rolling
 from handoff.sweep.worker import EngineRef, EpisodeWorker, SweepContext
-from handoff.sweep.workers import IDLE
+from handoff.sweep.workers import IDLE, kill
 
 
 @dataclass
@@ -250,8 +250,7 @@ class Driver:
         if keep:
             IDLE.keep(self.ray, self._worker_shape(), self.workers)
             return
-        for w in self.workers:
-            self.ray.kill(w)
+        kill(self.ray, self.workers)
 
     # -- the loop -------------------------------------------------------------------------------
     def execute(self) -> Summary:

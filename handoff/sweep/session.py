@@ -123,7 +123,10 @@ def _release() -> None:
 def _shutdown(made: str | None) -> None:
     import ray
 
-    IDLE.forget()  # its episode workers end with it
+    if ray.is_initialized():
+        IDLE.release(ray)  # the kept episode workers end before the driver leaves
+    else:
+        IDLE.forget()
     ray.shutdown()
     if made:
         shutil.rmtree(made, ignore_errors=True)

@@ -12,9 +12,11 @@ abandoned or cancelled) is killed, never kept. Ray ends them all with the driver
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 RELEASE_WAIT_S = 10.0  # for a kept worker to say it is idle; one that does not is killed
+DEATH_WAIT_S = 30.0  # for the GCS to list killed workers dead
 
 
 class IdleWorkers:
@@ -33,21 +35,25 @@ class IdleWorkers:
         if kept is None or kept[-1] != shape[-1]:
             return []
         mine = handles[:n] if kept == shape else []
-        for handle in handles[len(mine):]:
-            ray.kill(handle)
+        kill(ray, handles[len(mine):])
         return mine
 
     def keep(self, ray, shape: tuple, handles: list) -> None:
         """Keep the idle ones of `handles` (the rest are killed)."""
         idle = idle_of(ray, handles)
-        for handle in handles:
-            if handle not in idle:
-                ray.kill(handle)
+        kill(ray, [h for h in handles if h not in idle])
         self.shape, self.handles = (*shape, _session(ray)), idle
 
     def forget(self) -> None:
-        """Before Ray shuts down: its workers go with it."""
         self.shape, self.handles = None, []
+
+    def release(self, ray) -> None:
+        """Before the driver leaves Ray: the kept workers killed. Ray would end them with the
+        driver's job, but not before a SLURM job's cleanup stops the nodes, right after the driver
+        exits: a worker outlived its node."""
+        handles = self.handles
+        self.forget()
+        kill(ray, handles)
 
 
 def idle_of(ray, handles: list) -> list:
@@ -62,6 +68,19 @@ def _answer(ray, ref) -> bool:
         return bool(ray.get(ref, timeout=0))
     except Exception:  # noqa: BLE001 - a worker that died or is restarting is not kept
         return False
+
+
+def kill(ray, handles: list) -> None:
+    """Kill the workers and wait (up to DEATH_WAIT_S) until the GCS lists them dead: ray.kill only
+    asks, and a call sent right after may still be served, the worker's CPUs still held."""
+    from handoff.sweep.engines import actor_state
+
+    for handle in handles:
+        ray.kill(handle)
+    deadline = time.monotonic() + DEATH_WAIT_S
+    while handles and time.monotonic() < deadline:
+        time.sleep(0.1)
+        handles = [h for h in handles if actor_state(h) != "DEAD"]
 
 
 def _session(ray) -> tuple[Any, ...]:

@@ -223,11 +223,14 @@ def test_changed_config_refuses_to_resume_from_the_command_line(baseline, capsys
 
 def test_only_an_idle_worker_is_kept(ray_cluster, monkeypatch):
     """IdleWorkers keeps the worker that says no episode runs in it, and kills the busy one and the
-    one that does not answer (every thread taken); a later sweep of another shape kills the kept one."""
+    one that does not answer (every thread taken); a later sweep of another shape kills the kept one,
+    and so does the driver leaving Ray, before it leaves."""
+    import psutil
     import ray
     from ray.exceptions import RayActorError
 
     from handoff.sweep import workers
+    from handoff.sweep.engines import actor_state
 
     class Probe:
         def __init__(self, answer: bool | None):
@@ -254,6 +257,14 @@ def test_only_an_idle_worker_is_kept(ray_cluster, monkeypatch):
     assert kept.take(ray, ("probe", 2), 1) == [] and kept.handles == []
     with pytest.raises(RayActorError):
         ray.get(idle.ping.remote(), timeout=300)
+    # The driver leaving Ray (session._shutdown) releases the kept workers: dead on return, not
+    # later (a SLURM job's cleanup stops the nodes right after the driver exits).
+    again = probe.remote(True)
+    pid = ray.get(again.ping.remote(), timeout=300)
+    kept.keep(ray, ("probe", 1), [again])
+    kept.release(ray)
+    assert kept.handles == [] and actor_state(again) == "DEAD"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def worker_pids(run_dir: Path) -> set[int]:
