@@ -123,10 +123,11 @@ def _release() -> None:
 def _shutdown(made: str | None) -> None:
     import ray
 
-    if ray.is_initialized():
-        IDLE.release(ray)  # the kept episode workers end before the driver leaves
-    else:
+    try:
+        if ray.is_initialized():
+            IDLE.release(ray)  # the kept episode workers end before the driver leaves
+    finally:
         IDLE.forget()
-    ray.shutdown()
+        ray.shutdown()
     if made:
         shutil.rmtree(made, ignore_errors=True)

@@ -51,8 +51,8 @@ class IdleWorkers:
         """Before the driver leaves Ray: the kept workers killed. Ray would end them with the
         driver's job, but not before a SLURM job's cleanup stops the nodes, right after the driver
         exits: a worker outlived its node."""
-        handles = self.handles
-        self.forget()
+        handles = self.handles if self.shape is not None and self.shape[-1] == _session(ray) else []
+        self.forget()  # (those of an earlier Ray session went with it)
         kill(ray, handles)
 
 

@@ -313,6 +313,7 @@ def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only(
 
     from handoff.sweep.config import ClusterConfig
     from handoff.sweep.session import embedded, one_ray, ray_cluster
+    from handoff.sweep.workers import IDLE
 
     def temp_dir() -> Path:
         return Path(ray._private.worker._global_node.get_temp_dir_path())
@@ -329,10 +330,13 @@ def test_one_ray_keeps_an_embedded_cluster_for_sweeps_of_the_same_settings_only(
             assert not first_dir.exists() and ray.cluster_resources()["CPU"] == 2
             other_dir = temp_dir()
     assert not ray.is_initialized() and not other_dir.exists()
+    # Workers a sweep kept on an earlier Ray (a test module's, shut down by hand) are not this Ray's
+    # to kill: ray.kill would raise, and Ray stayed up for the next module's ray.init to fail.
+    IDLE.shape, IDLE.handles = ("worker", ("01000000", "a node of a Ray gone")), [None]  # ray.kill(None) raises
     with ray_cluster(small, verbose=False):
         once_dir = temp_dir()
         assert not embedded(small)  # a sweep started now would run on this Ray, the caller's
-    assert not ray.is_initialized() and not once_dir.exists()
+    assert not ray.is_initialized() and not once_dir.exists() and IDLE.handles == []
 
 
 def test_a_worker_keeps_a_bounded_number_of_tokenizers(tmp_path):
