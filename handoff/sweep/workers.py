@@ -50,10 +50,8 @@ class IdleWorkers:
     def release(self, ray) -> None:
         """Before the driver leaves Ray: the kept workers killed. Ray would end them with the
         driver's job, but not before a SLURM job's cleanup stops the nodes, right after the driver
-        exits: a worker outlived its node."""
-        handles = self.handles if self.shape is not None and self.shape[-1] == _session(ray) else []
-        self.forget()  # (those of an earlier Ray session went with it)
-        kill(ray, handles)
+        exits: a worker outlived its node. (Those of an earlier Ray session went with it.)"""
+        self.take(ray, (), 0)
 
 
 def idle_of(ray, handles: list) -> list:
