@@ -52,14 +52,16 @@ def kind_of(cmdline: str, kinds: tuple = KINDS) -> str:
 class TreeSampler(threading.Thread):
     """CPU seconds of every process under `pid`, by kind (`kinds`: (kind, marker in the command
     line) pairs, the last one the rest), sampled every `interval_s`; a process counts with its last
-    sample, a pid reused later as another process. With `profile` (seconds, output path), py-spy
-    records the engine core once it appears."""
+    sample, a pid reused later as another process. With `since` (an epoch second), every process on
+    the machine started since then counts too, whoever started it (not all of a Ray node's daemons
+    stay descendants of `pid`). With `profile` (seconds, output path), py-spy records the engine core once it
+    appears."""
 
     def __init__(self, pid: int, profile: tuple[float, Path] | None = None, kinds: tuple = KINDS,
-                 interval_s: float = 1.0):
+                 interval_s: float = 1.0, since: float | None = None):
         super().__init__(daemon=True)
         self.pid, self.last, self.loads, self.profile = pid, {}, [], profile
-        self.kinds, self.interval_s = kinds, interval_s
+        self.kinds, self.interval_s, self.since = kinds, interval_s, since
         self.spy: subprocess.Popen | None = None
         self.done = threading.Event()
 
@@ -80,6 +82,8 @@ class TreeSampler(threading.Thread):
                 procs = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 break
+            if self.since is not None:
+                procs += self._started_since({p.pid for p in procs})
             for p in procs:
                 try:
                     t = p.cpu_times()
@@ -91,10 +95,25 @@ class TreeSampler(threading.Thread):
             self.loads.append(os.getloadavg()[0])
             self.done.wait(self.interval_s)
 
+    def _started_since(self, seen: set[int]) -> list:
+        import psutil
+
+        # psutil's create_time can read up to a second early: its boot time is in whole seconds.
+        mine, since = os.getpid(), self.since - 2
+        return [p for p in psutil.process_iter(["create_time"])
+                if p.pid not in seen and p.pid != mine and (p.info["create_time"] or 0) >= since]
+
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for kind, cpu in self.last.values():
             out[kind] = round(out.get(kind, 0.0) + cpu, 1)
+        return out
+
+    def processes_by_kind(self) -> dict[str, int]:
+        """How many processes of each kind were seen."""
+        out: dict[str, int] = {}
+        for kind, _ in self.last.values():
+            out[kind] = out.get(kind, 0) + 1
         return out
 
 

@@ -5,9 +5,11 @@ unless `--workers`; `-v` added, to read each test's worker and group), measuring
   system, irq, softirq). On N cores no schedule of these tests ends before `cpu_s / N`
   (`floor_s`); `busy_fraction` is how much of the N cores' time the run used;
 - `cpu_s_by_kind`: the same time by process kind (vLLM engine cores, engine and worker actors, Ray's
-  daemons, the pytest processes, browsers, ...), sampled from pytest's process tree every
-  `--interval` seconds (a process counts with its last sample; one that lived less than an interval
-  is missed: `unattributed_cpu_s` is the rest, other work on the machine included);
+  daemons, the pytest processes, browsers, ...), sampled every `--interval` seconds from pytest's
+  process tree and from every process on the machine started since the run began, whoever started
+  it (not all of a Ray node's daemons stay pytest's descendants; nothing else should run meanwhile). A process counts
+  with its last sample; one that lived less than an interval is missed: `unattributed_cpu_s` is the
+  rest. `processes_by_kind`: how many processes of each kind started;
 - `groups`: each xdist group's time on its worker (from one finished test of the group to the next
   on the same worker: setup and teardown included), longest first, with the test counts;
 - `slowest`: pytest's own `--durations=15` (the call phase);
@@ -33,8 +35,10 @@ from bench.bench_sweep import TreeSampler
 from bench.common import report
 
 HERE = Path(__file__).resolve().parent
-KINDS = (("engine core", "VLLM::"), ("engine actor", "EngineHost"), ("episode workers", "EpisodeWorker"),
-         ("pytest", "pytest"), ("subprocess sweeps and CLIs", "-m handoff"), ("browser", "chromium"),
+KINDS = (("engine core", "VLLM::EngineCor"), ("vLLM tensor-parallel worker", "VLLM::Worker"),
+         ("engine actor", "EngineHost"), ("episode workers", "EpisodeWor"),
+         ("spawned pools (tau2 reference, behaviour baselines, FSDP ranks)", "spawn_main"),
+         ("subprocess sweeps and CLIs", "-m handoff"), ("pytest", "pytest"), ("browser", "chromium"),
          ("wandb", "wandb"), ("verl merger", "model_merger"), ("ray daemons and idle workers", "ray"),
          ("other", ""))
 RESULT = re.compile(r"\[(gw\d+)\] \[\s*\d+%\] (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
@@ -83,7 +87,7 @@ def main() -> None:
            "PYTEST_ARGS=" + shlex.join(["-v", "-p", "no:cacheprovider", *args.pytest_args])]
     cpu0, started = busy_cpu_s(), time.time()
     proc = subprocess.Popen(cmd, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sampler = TreeSampler(proc.pid, kinds=KINDS, interval_s=args.interval)
+    sampler = TreeSampler(proc.pid, kinds=KINDS, interval_s=args.interval, since=started)
     sampler.start()
     lines = []
     log = open(args.log, "w") if args.log else None  # noqa: SIM115 - closed below
@@ -106,6 +110,7 @@ def main() -> None:
         "wall_s": round(wall), "cpu_s": round(cpu), "floor_s": round(cpu / cores), "cores": cores,
         "busy_fraction": round(cpu / (wall * cores), 3),
         "cpu_s_by_kind": by_kind, "unattributed_cpu_s": round(cpu - sum(by_kind.values())),
+        "processes_by_kind": sampler.processes_by_kind(),
         "load_average": {"mean": round(sum(sampler.loads) / max(1, len(sampler.loads)), 2),
                          "max": max(sampler.loads, default=None)},
         "groups": group_times(lines, started)[:20], "slowest": slowest(lines),
