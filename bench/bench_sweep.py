@@ -25,6 +25,7 @@ the work directory) for that long once it is serving (past PROFILE_AFTER_CPU_S o
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -54,8 +55,8 @@ class TreeSampler(threading.Thread):
     line) pairs, the last one the rest), sampled every `interval_s`; a process counts with its last
     sample, a pid reused later as another process. With `since` (an epoch second), every process on
     the machine started since then counts too, whoever started it (not all of a Ray node's daemons
-    stay descendants of `pid`). With `profile` (seconds, output path), py-spy records the engine core once it
-    appears."""
+    stay descendants of `pid`). With `profile` (seconds, output path), py-spy records the engine
+    core once it appears."""
 
     def __init__(self, pid: int, profile: tuple[float, Path] | None = None, kinds: tuple = KINDS,
                  interval_s: float = 1.0, since: float | None = None):
@@ -111,10 +112,7 @@ class TreeSampler(threading.Thread):
 
     def processes_by_kind(self) -> dict[str, int]:
         """How many processes of each kind were seen."""
-        out: dict[str, int] = {}
-        for kind, _ in self.last.values():
-            out[kind] = out.get(kind, 0) + 1
-        return out
+        return dict(collections.Counter(kind for kind, _ in self.last.values()))
 
 
 def top_frames(collapsed: Path, n: int = 15) -> list[tuple[str, float]]:

@@ -7,9 +7,9 @@ unless `--workers`; `-v` added, to read each test's worker and group), measuring
 - `cpu_s_by_kind`: the same time by process kind (vLLM engine cores, engine and worker actors, Ray's
   daemons, the pytest processes, browsers, ...), sampled every `--interval` seconds from pytest's
   process tree and from every process on the machine started since the run began, whoever started
-  it (not all of a Ray node's daemons stay pytest's descendants; nothing else should run meanwhile). A process counts
-  with its last sample; one that lived less than an interval is missed: `unattributed_cpu_s` is the
-  rest. `processes_by_kind`: how many processes of each kind started;
+  it (not all of a Ray node's daemons stay pytest's descendants; nothing else should run meanwhile).
+  A process counts with its last sample; one that lived less than an interval is missed:
+  `unattributed_cpu_s` is the rest. `processes_by_kind`: how many processes of each kind started;
 - `groups`: each xdist group's time on its worker (from one finished test of the group to the next
   on the same worker: setup and teardown included), longest first, with the test counts;
 - `slowest`: pytest's own `--durations=15` (the call phase);
