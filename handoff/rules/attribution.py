@@ -38,7 +38,7 @@ _NEGATED = re.compile(  # a negator within the four words before the end of the 
     r"\b(?:no|not|never|nor|without|rather\s+not|hold\s+off(?:\s+on)?|\w+n't|dont|cant|wont|didnt)\W+(?:\S+\W+){0,3}$")
 
 _USER_REQUEST = re.compile(
-    r"\b(?P<verb>(?:speak|talk|chat|transfer|transferred|transferring|connect|connected|put\s+me\s+through|pass\s+me|"
+    r"\b(?P<verb>(?:speak|speaking|talk|talking|chat|chatting|transfer|transferred|transferring|connect|connected|put\s+me\s+through|pass\s+me|"
     r"hand\s+me|escalate|escalated|escalating)" + _FILLER + r"\s+" + _PERSON + r"\b"
     r"|(?:get|want|need|request|have)(?:\s+me)?(?:\s+(?:a|an|to\s+a|the|your|some))?\s+" + _PERSON + r"\b"
     r"|(?:transfer|connect)(?:ed)?\s+(?:me|us)\s+(?:to|with)\s+(?:someone|somebody|anyone)\b"
@@ -49,7 +49,7 @@ _USER_REQUEST = re.compile(
 )
 _HANDOFF_PHRASE = re.compile(
     r"\b(?P<verb>(?:transfer|transferring|connect|escalate|put)\s+(?:you|your\s+\w+|this|it)\b"
-    r"|(?:speak|talk)\s+(?:to|with)" + _FILLER + r"\s+" + _PERSON + r"\b"
+    r"|(?:speak|speaking|talk|talking)\s+(?:to|with)" + _FILLER + r"\s+" + _PERSON + r"\b"
     r"|the\s+transfer\b|transfer\s+to\s+(?:a\s+)?(?:human|live)\b)",
     re.IGNORECASE,
 )

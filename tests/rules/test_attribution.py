@@ -30,6 +30,9 @@ REQUESTS = [  # real user simulator sentences first (airline and retail leaderbo
     "I want a real person.",
     "Can you connect me with someone higher up?",
     "Yes, please transfer me to a supervisor. ###TRANSFER###",  # the request counts, not the token
+    "I insist on speaking to a supervisor.",  # the -ing forms (issue 46, defect 7)
+    "Is talking to a manager an option?",
+    "I'd prefer chatting with a live agent now.",
 ]
 NOT_REQUESTS = [
     "I really don’t want to be transferred to a human agent.",  # real
@@ -40,6 +43,8 @@ NOT_REQUESTS = [
     "Hi, I was told by a customer support representative over the phone that a service agent could help me.",  # real
     "I’d like to give up my seat so someone else who needs it can have it.",  # real
     "I’d like to talk to someone about this.",  # real, the opening: "someone" is the agent
+    "I'm not talking to a supervisor, I'm talking to you.",  # -ing, negated
+    "Thanks for speaking with me about the refund.",  # -ing, no human target
     "No need for a human, thanks.",
     "I don't need a supervisor.",
     "Can you transfer the remaining balance to my gift card?",
@@ -54,6 +59,7 @@ OFFERS = [  # real agent sentences (claude-sonnet-4-5, gpt-4.1-mini) first
     "If you need exact fees or window information, I can connect you with a human agent.",
     "Would you like me to:\n1. **Go ahead with the change now**, or\n2. **Transfer you to a human agent** first?",
     "Shall I transfer you?",
+    "Would you like to proceed with speaking to a human agent who can better help you?",  # real (claude-sonnet-4-5)
 ]
 NOT_OFFERS = [
     "This restriction applies even for human agents.",  # real
