@@ -150,7 +150,8 @@ class Driver:
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
-        self.policy = FailurePolicy(cfg.max_attempts)  # what a failed episode costs, and who runs alone
+        # what a failed episode costs, and who runs alone; a worker not back within the engines' load timeout is lost
+        self.policy = FailurePolicy(cfg.max_attempts, cfg.engine.load_timeout_s)
         self.tracebacks_shown: set[str] = set()  # errors whose traceback the terminal has had (once each)
         self.progress = progress
         self.bar = Progress({}, cfg.episode.max_steps, enabled=False)  # silent until execute() makes the sweep's bar

@@ -91,12 +91,15 @@ class WorkerDeaths:
     that node is alive: the node is healthy and its worker died anyway. A death whose node is lost (not
     listed alive), or whose worker came back on another node, is infrastructure. A worker Ray cannot
     reach that neither restarts nor loses its node within UNREACHABLE_S was never dead: infrastructure
-    too (a network blip; the episode may be resubmitted)."""
+    too (a network blip; the episode may be resubmitted). A death still undecided after `deadline_s`
+    (the engine's load timeout: a worker RESTARTING for good while its node lives, its CPUs taken on a
+    shared cluster) is infrastructure as well: its episodes go to the workers that live."""
 
     UNREACHABLE_S = 30.0
 
-    def __init__(self) -> None:
+    def __init__(self, deadline_s: float = 900.0) -> None:
         self.pending: dict[int, Death] = {}
+        self.deadline_s = deadline_s
 
     def died(self, worker: int, fault: Fault, place: Place, item, now: float, error: BaseException) -> None:
         death = self.pending.setdefault(worker, Death(fault, place, now))
@@ -127,4 +130,6 @@ class WorkerDeaths:
             return now_at.node == death.place.node  # restarted: on its own healthy node, or elsewhere
         if death.fault is Fault.WORKER_UNREACHABLE and now - death.since > self.UNREACHABLE_S and now_at.state == "ALIVE":
             return False  # never died
+        if now - death.since > self.deadline_s:
+            return False  # not back within the deadline: a restart that may never complete
         return None

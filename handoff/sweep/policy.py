@@ -28,9 +28,10 @@ class Cost(str, Enum):
 class FailurePolicy:
     SUSPECT_DEATHS = 2  # an episode whose worker died under it this often (on a healthy node) runs alone
 
-    def __init__(self, max_attempts: int):
+    def __init__(self, max_attempts: int, restart_timeout_s: float = 900.0):
         self.max_attempts = max_attempts
-        self.deaths = WorkerDeaths()  # worker deaths awaiting their node's verdict
+        self.restart_timeout_s = restart_timeout_s  # a held death undecided this long is infrastructure
+        self.deaths = WorkerDeaths(restart_timeout_s)  # worker deaths awaiting their node's verdict
         self.worker_deaths: Counter = Counter()  # (shard id, episode key): deaths under it on a healthy node
         self.alone: set[int] = set()  # workers running a suspect episode and nothing else
         self.failures = 0  # episode failures charged
@@ -40,7 +41,7 @@ class FailurePolicy:
         """A new dispatch: no worker is kept for a suspect and no death awaits a verdict (what an earlier
         one left, when it ended early with its shards failed, is not waited for)."""
         self.alone = set()
-        self.deaths = WorkerDeaths()
+        self.deaths = WorkerDeaths(self.restart_timeout_s)
 
     def worker_for(self, key: tuple, workers: list[int], load: list[int]) -> int | None:
         """The least loaded of `workers` not kept for a suspect; for a suspect an idle one, kept for it

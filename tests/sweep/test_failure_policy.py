@@ -109,3 +109,18 @@ def test_a_new_dispatch_starts_with_no_held_episode_nor_kept_worker():
     policy.alone.add(1)
     policy.reset()
     assert policy.deaths.held == set() and policy.alone == set()
+
+
+def test_a_worker_whose_restart_never_completes_releases_its_episodes_for_free():
+    """Issue 46 defect 1: the worker died under two episodes and stays RESTARTING for good (its CPUs
+    taken on a shared cluster) while its node lives. Before: held forever (no verdict, the sweep hangs).
+    Now: past the deadline (the engine's load timeout by default) the death is infrastructure, its
+    episodes resubmitted at no cost, and nothing counts against them."""
+    policy, died = FailurePolicy(max_attempts=2), rx.ActorDiedError()
+    for trial in (0, 1):
+        assert policy.cost(item(trial), died, 0.0) is Cost.HELD
+    restarting = {0: Place("RESTARTING", HEALTHY, 0)}
+    assert policy.judge(restarting, {HEALTHY}, 60.0) == []  # a restart may take minutes (tau2's import)
+    decided = policy.judge(restarting, {HEALTHY}, 10_000.0)
+    assert [cost for _, cost, _ in decided] == [Cost.NOTHING] * 2 and policy.deaths.held == set()
+    assert [policy.deaths_under(held) for held, _, _ in decided] == [0, 0] and policy.lost == 2
