@@ -241,10 +241,28 @@ class Driver:
         self.load = [0] * len(self.workers)
 
     def wait_workers(self) -> None:
-        """Until every worker serves this sweep (a new one has imported tau2: minutes on a busy machine)."""
+        """Until every worker serves this sweep (a new one has imported tau2: minutes on a busy machine).
+        As engine replicas that do not start: a worker not placed or not ready in time (a shared
+        cluster whose CPUs others took) is killed and routed around while others serve; when none
+        does, every pending shard fails, saying so (infrastructure: a resume reruns them)."""
         self.sweep_ref = self.ray.put(SweepContext(self.cfg.model_dump(mode="json"), self.log_dir))
-        self.ray.get([h.enter.remote(self.sweep_ref) for h in self.workers],
-                     timeout=max(600, self.cfg.engine.load_timeout_s))
+        wait_s = max(600, self.cfg.engine.load_timeout_s)
+        refs = [h.enter.remote(self.sweep_ref) for h in self.workers]
+        done = set(self.ray.wait(refs, num_returns=len(refs), timeout=wait_s)[0]) if refs else set()
+        started = [h for h, ref in zip(self.workers, refs) if ref in done and self._entered(ref)]
+        kill(self.ray, [h for h in self.workers if h not in started])
+        self.workers, self.load = started, [0] * len(started)
+        if not started:
+            self._abandon(f"episode workers did not start within {wait_s:g}s: each needs {self.cfg.workers.cpus:g} "
+                          "CPU(s) (see `ray status`); resume the run once the cluster has them", self.bar, self.pending)
+
+    def _entered(self, ref) -> bool:
+        try:
+            self.ray.get(ref, timeout=60)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot serve is routed around
+            self.bar.write(f"an episode worker did not start: {exc}"[:300])
+            return False
 
     def release_workers(self, keep: bool) -> None:
         """The idle workers are kept for this process's next sweep (`keep`), the others killed."""
@@ -276,7 +294,9 @@ class Driver:
                 user_ref = self.pool.launch(user_ck, "user") if user_ck is not None else None
                 self.start_workers(n_workers)
                 self.wait_workers()  # they import tau2 while the engines load
-                user_ref = self._await_user(user_ref, pending) if user_ref is not None else None
+                pending = [st for st in pending if not st.failed]
+                if user_ref is not None and pending:
+                    user_ref = self._await_user(user_ref, pending)
                 pending = [st for st in pending if not st.failed]
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ref, bar)
