@@ -45,7 +45,7 @@ from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
-from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks
+from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks, ReplicaWaits
 from handoff.sweep.pool import EnginePool, Placement, RayPlacement
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
@@ -77,6 +77,9 @@ class Inflight:
     started: float = field(default_factory=time.monotonic)
     alone: bool = False  # on a worker of its own: its worker's death is its doing
     place: Place = field(default_factory=lambda: Place("ALIVE"))  # its worker's node and restarts when dispatched
+    replicas: set = field(default_factory=set)  # actor ids of the engine replicas it may use (policy.ReplicaWaits)
+    waited_s: float = 0.0  # time credited for waiting on a replica down
+    waiting: bool = False  # one of its replicas was down at the last look
 
 
 @dataclass
@@ -107,6 +110,10 @@ class Summary:
     episode_failures: int
     wall_s: float
     ran: bool = False  # whether any shard was run (a resume of a finished run runs none)
+
+
+def _actor_ids(*refs: EngineRef | None) -> set:
+    return {r._actor_id for ref in refs if ref is not None for r in ref.replicas}
 
 
 def _queue(states: list[ShardState]) -> deque:
@@ -158,6 +165,7 @@ class Driver:
         self.workers: list = []
         self.load: list[int] = []
         self.clocks = OutageClocks(cfg.engine.load_timeout_s)  # a pause and stranded checkpoints
+        self.replica_waits = ReplicaWaits(cfg.engine.load_timeout_s)  # a partial outage stops its episodes' clocks
         self.started = time.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
@@ -398,10 +406,10 @@ class Driver:
                     placement.finished(slot, None)
                     placement.requeue(st, ep)
                     continue
-                ref = self.workers[w].run.remote(ep.model_dump(), agent, live.only_alive(user) if user else None,
-                                                 self.sweep_ref)
+                users = live.only_alive(user) if user else None
+                ref = self.workers[w].run.remote(ep.model_dump(), agent, users, self.sweep_ref)
                 inflight[ref] = Inflight(st, ep, w, st.attempt, slot, alone=w in self.policy.alone,
-                                       place=live.places[w])
+                                       place=live.places[w], replicas=_actor_ids(agent, users))
                 self.load[w] += 1
             loads = placement.loads()
             waiting = list(inflight) + loads
@@ -472,6 +480,7 @@ class Driver:
         if not workers:
             pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         stranded = [] if pausing else placement.stranded(alive)
+        self.replica_waits.credit(inflight.values(), set(state) - alive - gone, now, self.clocks.paused)
         tick = self.clocks.tick(now, bool(pausing), bool(stranded))
         for item in inflight.values():
             item.started += tick.credit_s

@@ -141,3 +141,26 @@ class OutageClocks:
     @property
     def paused(self) -> bool:
         return self.pause is not None
+
+
+class ReplicaWaits:
+    """A partial outage: a replica down (its node lost, Ray restarting it) while others of its set serve
+    pauses nothing, but an episode whose engines include it may wait for it (its requests wait for the
+    replacement, up to `timeout_s`, then fail as EngineUnavailableError, for free). Such an episode's
+    clock stops while the replica is down: from the look that first saw it down to the look that
+    saw it back (its time is credited back look by look, `started` moved on), at most `timeout_s` in all."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.last: float | None = None  # the previous look
+
+    def credit(self, items, down: set, now: float, paused: bool) -> None:
+        """Look at the in-flight `items` (each with `replicas`, `started`, `waited_s`, `waiting`) with
+        the replicas `down` now; `paused`: the time since the last look was a pause's (credited by it)."""
+        elapsed, self.last = (0.0 if self.last is None else now - self.last), now
+        for item in items:
+            if item.waiting and not paused:
+                credit = max(0.0, min(elapsed, self.timeout_s - item.waited_s))
+                item.started += credit
+                item.waited_s += credit
+            item.waiting = bool(down & item.replicas)

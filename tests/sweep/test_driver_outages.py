@@ -92,3 +92,39 @@ def test_a_stranded_outage_neither_suspends_nor_credits_the_other_slots_episode_
     assert d.clocks.paused
     at(80, w="ALIVE")
     assert not d.clocks.paused and inflight["ref"].started == 1020.0
+
+
+class OneSet:
+    """One agent engine set of two replicas, a and b (the sequential schedule): b lost pauses nothing."""
+
+    def __init__(self, cfg):
+        self.ref = EngineRef(checkpoints(cfg)[0], [Actor("a"), Actor("b")])
+
+    def engine_sets(self):
+        return [self.ref]
+
+    def stranded(self, alive):
+        return []
+
+
+def test_a_partial_outage_stops_the_clocks_of_the_episodes_that_may_wait_for_the_lost_replica(world, monkeypatch):
+    """Issue 46 defect 3: replica b of two lost with its node (RESTARTING from t=10 to t=70): nothing
+    pauses (a serves on), but an episode whose engines include b may wait for it, and its clock stops
+    (before: it ran on, and the episode was cancelled and charged); one that uses only a runs on."""
+    d, _, inflight = world
+    inflight["waits"] = Inflight(None, None, 0, 1, started=1000.0)
+    inflight["waits"].replicas = {"a", "b"}
+    inflight["other"] = Inflight(None, None, 0, 1, started=1000.0)
+    inflight["other"].replicas = {"a"}
+    placement = OneSet(d.cfg)
+
+    def at(t, **now):
+        monkeypatch.setattr(driver_module.time, "monotonic", lambda: 1000.0 + t)
+        d.pool.placement.states.update(now)
+        return d._live(placement, None, inflight)
+
+    for t, now in ((0, {}), (10, {"b": "RESTARTING"}), (12, {}), (40, {}), (70, {"b": "ALIVE"}), (80, {})):
+        live = at(t, **now)
+        assert live.ready and not d.clocks.paused
+    assert inflight["other"].started == 1000.0
+    assert 1000.0 + 56 <= inflight["waits"].started <= 1000.0 + 60  # credited the outage (to one look's 2 s)

@@ -9,7 +9,7 @@ import ray.exceptions as rx
 
 from handoff.sweep.engines import EngineUnavailableError
 from handoff.sweep.failures import Place
-from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks
+from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks, ReplicaWaits
 
 HEALTHY, LOST = "node-healthy", "node-lost"
 
@@ -124,3 +124,14 @@ def test_a_worker_whose_restart_never_completes_releases_its_episodes_for_free()
     decided = policy.judge(restarting, {HEALTHY}, 10_000.0)
     assert [cost for _, cost, _ in decided] == [Cost.NOTHING] * 2 and policy.deaths.held == set()
     assert [policy.deaths_under(held) for held, _, _ in decided] == [0, 0] and policy.lost == 2
+
+
+def test_a_partial_outage_credits_its_waiting_episodes_at_most_the_load_timeout():
+    """A replica RESTARTING for good: the episode that may wait for it gets at most timeout_s back (its
+    requests fail for free by then), so an episode hung on its own still times out; none during a pause
+    (the pause credits it)."""
+    waits = ReplicaWaits(timeout_s=100)
+    episode = SimpleNamespace(replicas={"b"}, started=0.0, waited_s=0.0, waiting=False)
+    for now in range(0, 400, 2):
+        waits.credit([episode], {"b"}, float(now), paused=now >= 300)
+    assert episode.started == 100.0 and episode.waited_s == 100.0
