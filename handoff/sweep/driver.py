@@ -34,12 +34,12 @@ partial/<id>.jsonl for the next resume.
 from __future__ import annotations
 
 import math
-import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
+from handoff.sweep import clock
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
@@ -74,7 +74,7 @@ class Inflight:
     worker: int
     attempt: int
     slot: object = None  # the rolling schedule's engine slot
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=lambda: clock.monotonic())
     alone: bool = False  # on a worker of its own: its worker's death is its doing
     place: Place = field(default_factory=lambda: Place("ALIVE"))  # its worker's node and restarts when dispatched
     replicas: set = field(default_factory=set)  # actor ids of the engine replicas it may use (policy.ReplicaWaits)
@@ -166,7 +166,7 @@ class Driver:
         self.load: list[int] = []
         self.clocks = OutageClocks(cfg.engine.load_timeout_s)  # a pause and stranded checkpoints
         self.replica_waits = ReplicaWaits(cfg.engine.load_timeout_s)  # a partial outage stops its episodes' clocks
-        self.started = time.monotonic()
+        self.started = clock.monotonic()
         self.todo = self._unfinished()  # no Ray needed: a finished run resumes without starting it
 
     @property
@@ -338,7 +338,7 @@ class Driver:
             episodes_done=self.total - sum(len(st.shard.episodes) - len(st.records) for st in todo.values()),
             shards_done=sorted(sid for sid, st in self.states.items() if sid not in todo or st.complete),
             shards_failed=self.run.failed_ids(), episode_failures=self.policy.failures,
-            wall_s=time.monotonic() - self.started, ran=hasattr(self, "ray"))
+            wall_s=clock.monotonic() - self.started, ran=hasattr(self, "ray"))
 
     def _unfinished(self) -> dict[str, ShardState]:
         """Shards without a verified shard file, with the episodes their partial files hold; those
@@ -390,7 +390,7 @@ class Driver:
         self.policy.reset()
         live: Live | None = None
         while placement.has_work() or inflight or self.policy.deaths.pending:
-            if live is None or time.monotonic() >= live.checked + self.HEALTH_EVERY_S:
+            if live is None or clock.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
                 self._judge_deaths(live, placement, bar)
                 if live.fatal:  # an outage past its deadline or a dead user engine: every shard fails
@@ -414,7 +414,7 @@ class Driver:
             loads = placement.loads()
             waiting = list(inflight) + loads
             if not waiting:  # paused (an outage) with nothing in flight: until the next look
-                time.sleep(1.0)
+                clock.sleep(1.0)
             ready = self.ray.wait(waiting, num_returns=1, timeout=1.0)[0] if waiting else []
             for ref in ready:
                 if ref not in inflight:
@@ -436,7 +436,7 @@ class Driver:
                 placement.check_load_timeouts()
             if not self.clocks.paused:  # a pause does not count against the episodes' time
                 for ref, item in list(inflight.items()):
-                    if time.monotonic() - item.started > self.cfg.episode_timeout_s:
+                    if clock.monotonic() - item.started > self.cfg.episode_timeout_s:
                         self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
                         inflight.pop(ref)
                         self._release(item)
@@ -465,7 +465,7 @@ class Driver:
         with none alive), else to the shards of the checkpoints whose queued episodes no engine
         alive can take (the placement's `stranded`: under rolling, a slot pinned to the user
         simulator's engines goes on with its own checkpoint only)."""
-        now = time.monotonic()
+        now = clock.monotonic()
         agents = placement.engine_sets()
         places = {i: actor_place(w) for i, w in enumerate(self.workers)}
         workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.policy.deaths.held]
@@ -550,7 +550,7 @@ class Driver:
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
         """Resubmit the episode, at the cost the policy says; a worker's death holds it for its node's
         verdict (_judge_deaths). Returns True when something was lost."""
-        cost = self.policy.cost(item, exc, time.monotonic())
+        cost = self.policy.cost(item, exc, clock.monotonic())
         if cost is Cost.NOTHING:
             self._requeue(item, placement)
         elif cost is Cost.ATTEMPT:
@@ -561,7 +561,7 @@ class Driver:
         """The held episodes whose workers' deaths are decided now, resubmitted at their cost."""
         if not self.policy.deaths.pending:
             return
-        for item, cost, error in self.policy.judge(live.places, nodes_alive(self.ray), time.monotonic()):
+        for item, cost, error in self.policy.judge(live.places, nodes_alive(self.ray), clock.monotonic()):
             if cost is Cost.ATTEMPT:
                 self._charge(item, error, placement, bar)
             else:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from handoff.engine.base import AsyncEngine, ContextOverflowError, Generation, PoisonRequestError, Sampling
 from handoff.engine.factory import build_engine, engine_kind, one_engine
+from handoff.sweep import clock
 from handoff.sweep.config import Checkpoint, EngineConfig
 
 
@@ -432,21 +433,21 @@ class RayEngineClient:
         """Whether the replica died under a request admitted when it had `restarts` restarts: Ray restarts
         it (True), it is gone for good (EngineUnavailableError), or it stays alive as it was (False: Ray
         could not reach it, it did not die)."""
-        since = time.monotonic()
+        since = clock.monotonic()
         while True:
             state, now_restarts = (place := actor_place(replica)).state, place.restarts
             if state == "DEAD":
                 raise EngineUnavailableError(f"{self.name} replica {index} is dead")
             if now_restarts > restarts:
                 return True
-            if time.monotonic() - since > (self.SETTLE_S if state == "ALIVE" else self.load_timeout_s):
+            if clock.monotonic() - since > (self.SETTLE_S if state == "ALIVE" else self.load_timeout_s):
                 if state == "ALIVE":
                     return False
                 raise EngineUnavailableError(
                     f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
                     f"{self.load_timeout_s:g}s ({state})")
             self._stop_if_cancelled()
-            time.sleep(self.TICK_S)
+            clock.sleep(self.TICK_S)
 
     @staticmethod
     def _node_lived(admitted: Place) -> bool:
@@ -461,7 +462,7 @@ class RayEngineClient:
         request ends); return where the replica is then (its node, its restarts)."""
         import ray
 
-        since = time.monotonic()
+        since = clock.monotonic()
         while True:
             self._stop_if_cancelled()
             state = actor_state(replica)
@@ -473,11 +474,11 @@ class RayEngineClient:
                     return actor_place(replica)  # admitted: it holds the lane, so no other death comes between
                 except ray.exceptions.RayActorError:
                     pass  # died again before it was admitted: not its doing
-            if time.monotonic() - since > self.load_timeout_s:
+            if clock.monotonic() - since > self.load_timeout_s:
                 raise EngineUnavailableError(
                     f"{self.name} replica {index} unavailable for more than engine.load_timeout_s="
                     f"{self.load_timeout_s:g}s ({state})")
-            time.sleep(self.TICK_S)
+            clock.sleep(self.TICK_S)
 
     def _wait(self, ref, replica, index: int):
         """`ref` once it is ready. The request may take engine.request_timeout_s while its replica is
@@ -486,11 +487,11 @@ class RayEngineClient:
         actor's asyncio task: vLLM aborts it) and stops."""
         import ray
 
-        deadline, down_since = time.monotonic() + self.timeout_s, None
-        checked = time.monotonic()
+        deadline, down_since = clock.monotonic() + self.timeout_s, None
+        checked = clock.monotonic()
         while not ray.wait([ref], timeout=self.TICK_S)[0]:
             self._stop_if_cancelled(ref)
-            now = time.monotonic()
+            now = clock.monotonic()
             if now - checked < self.POLL_S:
                 continue
             checked, state = now, actor_state(replica)

@@ -25,11 +25,11 @@ replicas that are alive, with its room shared out over them.
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoff.sweep import clock
 from handoff.sweep.config import Checkpoint
 from handoff.sweep.engines import actor_state
 from handoff.sweep.worker import EngineRef
@@ -227,7 +227,7 @@ class Rolling:
 
     def check_load_timeouts(self) -> None:
         limit = self.driver.cfg.engine.load_timeout_s
-        for slot in [s for s in self.slots if s.loading is not None and time.monotonic() - s.load_started > limit]:
+        for slot in [s for s in self.slots if s.loading is not None and clock.monotonic() - s.load_started > limit]:
             self._load_failed(slot, self.driver.pool.load_timeout_error(EngineRef(slot.target, []).name))
 
     def stop(self) -> None:
@@ -269,7 +269,7 @@ class Rolling:
                     self._retire(slot)
 
     def _begin_load(self, slot: Slot, target: Checkpoint, ref) -> None:
-        slot.target, slot.loading, slot.load_started = target, ref, time.monotonic()
+        slot.target, slot.loading, slot.load_started = target, ref, clock.monotonic()
 
     def _retire(self, slot: Slot) -> None:
         """Stop the slot's engine; a fresh slot (no actor yet) takes its place."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import handoff  # noqa: F401
+from handoff.sweep import clock as sweep_clock
 from handoff.sweep import driver as driver_module
 from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver, Inflight
@@ -55,7 +56,7 @@ def world(tmp_path, monkeypatch):
     d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False, placement=States(states))
     d.workers = [Actor("w")]
     monkeypatch.setattr(driver_module, "actor_place", lambda handle: Place(states[handle._actor_id]))
-    monkeypatch.setattr(driver_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(sweep_clock, "monotonic", lambda: clock[0])
 
     def at(t: float, **now):
         clock[0] = 1000.0 + t
@@ -119,7 +120,7 @@ def test_a_partial_outage_stops_the_clocks_of_the_episodes_that_may_wait_for_the
     placement = OneSet(d.cfg)
 
     def at(t, **now):
-        monkeypatch.setattr(driver_module.time, "monotonic", lambda: 1000.0 + t)
+        monkeypatch.setattr(sweep_clock, "monotonic", lambda: 1000.0 + t)
         d.pool.placement.states.update(now)
         return d._live(placement, None, inflight)
 
