@@ -191,6 +191,7 @@ class EngineHost:
         self._broken = False  # its engine failed to build for a request: out of service
         self._lease = None  # the asyncio timer that gives a suspect's unclaimed lane back
         self._turns: OrderedDict[str, int] = OrderedDict()  # requests so far per recent session (SESSIONS_KEPT)
+        self._admitted: dict[str, float] = {}  # requests let in (lane entered, engine loaded): since when
 
     def __repr__(self) -> str:  # Ray's log prefix and the GCS's actor table show it
         return f"EngineHost({self.role}: {self.checkpoint.name})"
@@ -273,10 +274,19 @@ class EngineHost:
                 self._lease.cancel()
         else:
             await self._lane.enter()
+        self._admitted[request_id] = time.monotonic()  # let in: its time counts (again once a load is done)
         try:
             return await self._generate(prompt_ids, sampling, request_id, checkpoint, label)
         finally:
+            self._admitted.pop(request_id, None)
             await (self._lane.give(request_id) if alone else self._lane.leave())
+
+    async def admitted_s(self, request_id: str) -> float | None:
+        """How long `request_id` has been admitted (its lane entered, and since the engine it waited
+        for loaded): what its engine.request_timeout_s counts; None while it waits for its lane (a
+        suspect running alone, or its own turn alone)."""
+        since = self._admitted.get(request_id)
+        return None if since is None else time.monotonic() - since
 
     async def _generate(self, prompt_ids: list[int], sampling: dict, request_id: str, checkpoint: dict | None,
                         label: list[str] | None) -> dict:
@@ -284,6 +294,7 @@ class EngineHost:
         started = time.monotonic()
         try:
             engine = await self._ensure(expected)
+            self._admitted[request_id] = time.monotonic()  # a restarted replica's load was not its time
         except StaleCheckpoint:
             raise
         except Exception:
@@ -413,7 +424,7 @@ class RayEngineClient:
             ref = replica.generate.remote(list(prompt_ids), sampling.model_dump(), request_id, self.checkpoint,
                                           self.label, alone)
             try:
-                return Generation.model_validate(ray.get(self._wait(ref, replica, index)))
+                return Generation.model_validate(ray.get(self._wait(ref, replica, index, request_id)))
             except ray.exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, ContextOverflowError):  # the agent records it as a format event
                     raise exc.cause from None
@@ -480,15 +491,18 @@ class RayEngineClient:
                     f"{self.load_timeout_s:g}s ({state})")
             clock.sleep(self.TICK_S)
 
-    def _wait(self, ref, replica, index: int):
-        """`ref` once it is ready. The request may take engine.request_timeout_s while its replica is
-        alive; while the replica is down it waits up to engine.load_timeout_s (a death fails the
-        request at once: generate resubmits it). A cancelled episode cancels the request (the engine
-        actor's asyncio task: vLLM aborts it) and stops."""
+    def _wait(self, ref, replica, index: int, request_id: str | None = None):
+        """`ref` once it is ready. The request `request_id` may take engine.request_timeout_s from its
+        admission (the replica's lane entered, its engine loaded: EngineHost.admitted_s), so that a
+        wait for another request's suspect, or for a restarted replica's load, is never its own; it
+        waits up to engine.load_timeout_s to be admitted, and so does an `enter_alone` (no
+        `request_id`). While the replica is down it waits up to engine.load_timeout_s (a death fails
+        the request at once: generate resubmits it). A cancelled episode cancels the request (the
+        engine actor's asyncio task: vLLM aborts it) and stops."""
         import ray
 
         deadline, down_since = clock.monotonic() + self.timeout_s, None
-        checked = clock.monotonic()
+        checked = called = clock.monotonic()
         while not ray.wait([ref], timeout=self.TICK_S)[0]:
             self._stop_if_cancelled(ref)
             now = clock.monotonic()
@@ -506,11 +520,42 @@ class RayEngineClient:
                         f"{self.load_timeout_s:g}s ({state}): its node is gone and no node with the "
                         f"resources it needs came back")
             elif down_since is not None:  # back: the request starts over
-                deadline, down_since = now + self.timeout_s, None
+                deadline, called, down_since = now + self.timeout_s, now, None
             elif now > deadline:
-                ray.cancel(ref)  # abandoned: vLLM aborts it instead of generating on
-                raise TimeoutError(f"{self.name} request ran over engine.request_timeout_s={self.timeout_s:g}s")
+                deadline = self._deadline(ref, replica, index, request_id, now, called)
         return ref
+
+    def _deadline(self, ref, replica, index: int, request_id: str | None, now: float, called: float) -> float:
+        """Past the request's deadline: a later one while it waits to be admitted (up to
+        engine.load_timeout_s: then EngineUnavailableError) or has run less than request_timeout_s
+        since its admission; else TimeoutError (also when the replica does not answer)."""
+        import ray
+
+        admitted = self._admitted_s(replica, request_id) if request_id is not None else None
+        if request_id is None or admitted is None:
+            if now - called <= self.load_timeout_s:
+                return now + self.POLL_S
+            ray.cancel(ref)  # it never got its turn: not its doing
+            raise EngineUnavailableError(
+                f"{self.name} replica {index}: request not admitted within engine.load_timeout_s="
+                f"{self.load_timeout_s:g}s (behind the suspects of a replica death, or a load)")
+        if admitted is not False and admitted <= self.timeout_s:
+            return now + self.timeout_s - admitted
+        ray.cancel(ref)  # abandoned: vLLM aborts it instead of generating on
+        raise TimeoutError(f"{self.name} request ran over engine.request_timeout_s={self.timeout_s:g}s")
+
+    def _admitted_s(self, replica, request_id: str) -> float | bool | None:
+        """EngineHost.admitted_s of `request_id`; False when the replica does not answer in POLL_S."""
+        import ray
+
+        ask = replica.admitted_s.remote(request_id)
+        if not ray.wait([ask], timeout=self.POLL_S)[0]:
+            ray.cancel(ask)
+            return False
+        try:
+            return ray.get(ask)
+        except ray.exceptions.RayError:
+            return False
 
     def _stop_if_cancelled(self, ref=None) -> None:
         import ray

@@ -21,7 +21,7 @@ Plan keys (all optional):
 - "hang_restarts": seconds: an engine replica that Ray restarts hangs that long in its constructor
   before it is alive again (as one whose node is gone and never comes back).
 - "slow": a regex over request ids: an engine replica holds a matching request "slow_s" seconds
-  before serving it; with "slow_once" (a file path) only the first one. Logged as "slow <id>", then
+  once admitted (in its lane: its own time) before serving it; with "slow_once" (a file path) only the first one. Logged as "slow <id>", then
   "cancelled <id>" if its asyncio task is cancelled meanwhile, else "slow_done <id>".
 
 Each fault appends "<event> <pid> <what> <time.time()>" to the plan's "log" file (if given); so do
@@ -128,27 +128,32 @@ def inject() -> None:
         p = plan()
         if p.get("kill_requests") and re.search(p["kill_requests"], request_id):
             _die(p, "kill_request", request_id)
+        await _slow(p, request_id)  # admitted (in its lane): the request's own time
         return await serve(self, prompt_ids, sampling, request_id, *args)
 
     @functools.wraps(generate)  # keeps Ray's method options (max_task_retries=0): a caller reads them here
-    async def slow_generate(self, prompt_ids, sampling, request_id, *args, **kwargs):
+    async def killing_generate(self, prompt_ids, sampling, request_id, *args, **kwargs):
         p = plan()
         expected = (args[0] if args else kwargs.get("checkpoint")) or {}
         if p.get("kill_serving") and re.search(p["kill_serving"], expected.get("name", "")) \
                 and _first(p["kill_serving_once"]):
             _die(p, "kill_serving", expected["name"])
-        if p.get("slow") and re.search(p["slow"], request_id) and (not p.get("slow_once") or _first(p["slow_once"])):
-            _log(p, "slow", request_id)
-            try:
-                await asyncio.sleep(p["slow_s"])
-            except asyncio.CancelledError:
-                _log(p, "cancelled", request_id)
-                raise
-            _log(p, "slow_done", request_id)
         return await generate(self, prompt_ids, sampling, request_id, *args, **kwargs)
 
     EpisodeWorker.run, EngineHost.load, EngineHost._build = poisoned_run, killed_load, failing_build
-    EngineHost.generate, EngineHost.__init__, EngineHost._generate = slow_generate, hanging_init, killing_serve
+    EngineHost.generate, EngineHost.__init__, EngineHost._generate = killing_generate, hanging_init, killing_serve
+
+
+async def _slow(p: dict, request_id: str) -> None:
+    if not (p.get("slow") and re.search(p["slow"], request_id) and (not p.get("slow_once") or _first(p["slow_once"]))):
+        return
+    _log(p, "slow", request_id)
+    try:
+        await asyncio.sleep(p["slow_s"])
+    except asyncio.CancelledError:
+        _log(p, "cancelled", request_id)
+        raise
+    _log(p, "slow_done", request_id)
 
 
 def _reconstructed() -> bool:

@@ -60,3 +60,22 @@ def test_a_suspect_is_served_alone_and_the_replica_shares_again(tmp_path):
     assert s0[1] <= suspect[0] and suspect[1] <= min(s1[0], s2[0])
     assert max(s1[0], s2[0]) < min(s1[1], s2[1])  # the two others shared the replica again
     assert host._lane.holder is None and host._lane.running == 0
+
+
+def test_a_request_held_back_by_a_suspect_is_not_admitted_until_it_runs(tmp_path):
+    """EngineHost.admitted_s, what the client's request deadline counts: None while the request waits
+    behind a suspect that holds the lane, then the time since it was let in; forgotten once served."""
+    host, _ = _host(tmp_path, "a", delay_s=0.2)
+
+    async def main():
+        await host.enter_alone("suspect/r")
+        waiting = asyncio.create_task(host.generate([1, 2], {}, "s1/r"))
+        await asyncio.sleep(0.05)
+        assert await host.admitted_s("s1/r") is None  # held back: not its time
+        await host.generate([1, 2], {}, "suspect/r", alone=True)
+        await asyncio.sleep(0.05)
+        assert 0 <= await host.admitted_s("s1/r") < 0.2  # let in once the suspect was served
+        await waiting
+        assert await host.admitted_s("s1/r") is None
+
+    asyncio.run(main())
