@@ -170,7 +170,7 @@ def standalone_phase(driver: RecordingDriver) -> dict:
     """The episodes' requests, all at once, on a fresh engine actor of the same checkpoint."""
     import ray
 
-    ck, records = driver.ckpts[0], driver.records
+    ck, records = driver.pool.ckpts[0], driver.records
     host = recording_engine(ck, driver.cfg.engine, "agent")
     ray.get(host.ready.remote(), timeout=900)
     checkpoint = ck.model_dump(mode="json")

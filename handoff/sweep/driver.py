@@ -173,24 +173,7 @@ class Driver:
     def pending(self) -> list[ShardState]:
         return [st for st in self.todo.values() if not st.complete]
 
-    # -- engines (the pool's) ---------------------------------------------------------------------
-    @property
-    def ckpts(self) -> list[Checkpoint]:
-        return self.pool.ckpts
-
-    @ckpts.setter
-    def ckpts(self, value: list[Checkpoint]) -> None:
-        self.pool.ckpts = value
-
-    @property
-    def user_ck(self) -> Checkpoint | None:
-        """The user simulator's engine checkpoint, if any."""
-        return self.pool.user
-
-    @user_ck.setter
-    def user_ck(self, value: Checkpoint | None) -> None:
-        self.pool.user = value
-
+    # -- engines (the pool's: its checkpoints, `pool.ckpts`, and the user simulator's, `pool.user`) --
     def engine_not_started(self, name: str, states, error) -> None:
         """A checkpoint whose engine did not start fails its shards `states` (both schedules)."""
         for st in states:
@@ -293,7 +276,7 @@ class Driver:
         bar = self.bar = Progress(self._episodes_per_checkpoint(), self.cfg.episode.max_steps, self.progress)
         self._postfix(bar)
         pending = self.pending
-        user_ck, user_ref = self.user_ck, None
+        user_ck, user_ref = self.pool.user, None
         runs, finished = bool(pending), False  # (workers are taken only when something runs)
         try:
             if pending:  # engines are placed first (GPU nodes' CPUs), then workers take what is free
@@ -308,7 +291,7 @@ class Driver:
                 pending = [st for st in pending if not st.failed]
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ref, bar)
-            for ck in self.ckpts if self.cfg.schedule == "sequential" else []:
+            for ck in self.pool.ckpts if self.cfg.schedule == "sequential" else []:
                 mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
                     self._run_checkpoint(ck, mine, user_ref, bar)
@@ -324,7 +307,7 @@ class Driver:
 
     def _episodes_per_checkpoint(self) -> dict[str, tuple[int, int]]:
         """Checkpoint name -> (episodes recorded already, episodes in all)."""
-        out = {ck.name: (0, 0) for ck in self.ckpts}
+        out = {ck.name: (0, 0) for ck in self.pool.ckpts}
         for st in self.states.values():
             done, total = out.get(st.shard.model, (0, 0))
             recorded = len(st.shard.episodes) if st.shard.id not in self.todo else len(st.records)
@@ -368,12 +351,12 @@ class Driver:
 
     def _run_rolling(self, pending: list[ShardState], user_ref: EngineRef | None, bar) -> None:
         """Every checkpoint at once on engine slots that move on as work runs out (schedule.Rolling)."""
-        queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in self.ckpts}
+        queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in self.pool.ckpts}
         queues = {name: q for name, q in queues.items() if q}
-        pinned = {ck.name: EngineRef(ck, user_ref.replicas) for ck in self.ckpts
+        pinned = {ck.name: EngineRef(ck, user_ref.replicas) for ck in self.pool.ckpts
                   if ck.name in queues and self.pool.shares_user_engine(ck)}
         cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
-        placement = Rolling(self, self.ckpts, queues, cap, pinned)
+        placement = Rolling(self, self.pool.ckpts, queues, cap, pinned)
         try:
             self._dispatch(placement, user_ref, bar, pending)
         finally:

@@ -77,12 +77,9 @@ class EnginePool:
         return f"{ref.name}: every replica is dead (engine.max_restarts={self.cfg.engine.max_restarts} restarts spent)"
 
     # -- starting and stopping ------------------------------------------------------------------
-    def new_engine(self, ck: Checkpoint, role: str):
-        return self.placement.start(ck, role)
-
     def launch(self, ck: Checkpoint, role: str) -> EngineRef:
         """engine.replicas replicas of `ck` for `role`, placed now, loading on their first call."""
-        return EngineRef(ck, [self.new_engine(ck, role) for _ in range(self.cfg.engine.replicas)], role)
+        return EngineRef(ck, [self.placement.start(ck, role) for _ in range(self.cfg.engine.replicas)], role)
 
     def await_ready(self, ref: EngineRef) -> EngineRef:
         """The replicas of `ref` that loaded within engine.load_timeout_s; the others are stopped
@@ -96,7 +93,7 @@ class EnginePool:
         loaded = [r for r, error in zip(ref.replicas, results) if error is None]
         failed = [(r, error) for r, error in zip(ref.replicas, results) if error is not None]
         for replica, error in failed:
-            self.stop_engine(replica)
+            self.placement.stop(replica)
         errors = [e for _, e in failed]
         if not loaded:
             own = [e for e in errors if not isinstance(e, TimeoutError)]
@@ -114,10 +111,7 @@ class EnginePool:
 
     def stop(self, ref: EngineRef | None) -> None:
         for replica in ref.replicas if ref else []:
-            self.stop_engine(replica)
-
-    def stop_engine(self, replica) -> None:
-        self.placement.stop(replica)
+            self.placement.stop(replica)
 
     def states(self, refs: list[EngineRef]) -> dict:
         """Actor id -> state of every replica of `refs`."""

@@ -265,15 +265,15 @@ def print_plan(prepared: Prepared, driver: Driver) -> None:
 def serve_merged(driver: Driver, sweep: SweepConfig, local: bool) -> None:
     """The node check (preflight.on_cluster) of every checkpoint the driver's engines will load, the
     user simulator's included; verl actors are replaced by their merged checkpoints."""
-    user = driver.user_ck
+    user = driver.pool.user
     merged = preflight.on_cluster(sweep, _pending_checkpoints(driver) + ([user] if user else []), local)
-    driver.ckpts = [preflight.served(c, merged) for c in driver.ckpts]
-    driver.user_ck = user and preflight.served(user, merged)
+    driver.pool.ckpts = [preflight.served(c, merged) for c in driver.pool.ckpts]
+    driver.pool.user = user and preflight.served(user, merged)
 
 
 def _pending_checkpoints(driver: Driver) -> list[Checkpoint]:
     names = {st.shard.model for st in driver.pending}
-    return [c for c in driver.ckpts if c.name in names]
+    return [c for c in driver.pool.ckpts if c.name in names]
 
 
 def finish(prepared: Prepared, summary: Summary) -> dict:

@@ -233,7 +233,7 @@ class Rolling:
     def stop(self) -> None:
         for slot in self.slots:
             if not slot.pinned and slot.actor is not None:
-                self.driver.pool.stop_engine(slot.actor)
+                self.driver.pool.placement.stop(slot.actor)
 
     # -- slots ------------------------------------------------------------------------------------
     def _target(self, alive: set | None) -> Checkpoint | None:
@@ -259,7 +259,7 @@ class Rolling:
             if target is None:
                 slot.engines = held
             elif slot.actor is None:
-                slot.actor = self.driver.pool.new_engine(target, "agent")
+                slot.actor = self.driver.pool.placement.start(target, "agent")
                 self._begin_load(slot, target, slot.actor.ready.remote())
             elif (state := actor_state(slot.actor)) == "ALIVE":
                 self._begin_load(slot, target, slot.actor.load.remote(target.model_dump(mode="json")))
@@ -273,7 +273,7 @@ class Rolling:
 
     def _retire(self, slot: Slot) -> None:
         """Stop the slot's engine; a fresh slot (no actor yet) takes its place."""
-        self.driver.pool.stop_engine(slot.actor)
+        self.driver.pool.placement.stop(slot.actor)
         self.slots[self.slots.index(slot)] = Slot(slot.cap)
 
     def _load_failed(self, slot: Slot, error: str) -> None:

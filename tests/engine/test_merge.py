@@ -143,10 +143,10 @@ def test_user_simulators_verl_actor_is_merged_before_its_engine_starts(ray_with_
     sweep = hosted_user_sweep(tmp_path, actor)
     driver = Driver(sweep, SweepRun(tmp_path / "run"), checkpoints(sweep), [], progress=False)
     serve_merged(driver, sweep, local=True)
-    user = Path(driver.user_ck.path)
+    user = Path(driver.pool.user.path)
     assert user.parent == actor and user.name.startswith("merged_hf-"), user
     assert (user / "model.safetensors").read_bytes() == (TINY / "model.safetensors").read_bytes()
-    assert [c.path for c in driver.ckpts] == [str(TINY)]  # the agent's HF checkpoint is served as it is
+    assert [c.path for c in driver.pool.ckpts] == [str(TINY)]  # the agent's HF checkpoint is served as it is
 
 
 @pytest.mark.ray

@@ -109,8 +109,8 @@ def test_the_driver_goes_on_with_the_user_replicas_that_started(tmp_path):
     placement = FakePlacement({"user0": RuntimeError("injected load failure")})
     d = Driver(cfg, SweepRun(tmp_path / "run"), checkpoints(cfg), [], progress=False, placement=placement)
     pending = [ShardState(shard, {})]
-    ref = d._await_user(d.pool.launch(d.user_ck, "user"), pending)
+    ref = d._await_user(d.pool.launch(d.pool.user, "user"), pending)
     assert ref is not None and len(ref.replicas) == 2 and not pending[0].failed
     placement.outcome = {f"user{i}": RuntimeError("injected load failure") for i in range(3, 6)}
-    assert d._await_user(d.pool.launch(d.user_ck, "user"), pending) is None
+    assert d._await_user(d.pool.launch(d.pool.user, "user"), pending) is None
     assert pending[0].failed and "injected load failure" in d.run.failed_path("s").read_text()
