@@ -263,9 +263,11 @@ class Driver:
         kill(self.ray, self.workers)
 
     # -- the loop -------------------------------------------------------------------------------
-    def execute(self) -> Summary:
-        """Run the pending shards (Ray must be initialized)."""
-        import ray
+    def execute(self, ray=None) -> Summary:
+        """Run the pending shards (Ray must be initialized). `ray`: the ray module, or what stands in
+        for it (issue 48's deterministic simulator, tests/support/sim.py)."""
+        if ray is None:
+            import ray
 
         self.ray, todo = ray, self.todo
         res = self.ray.cluster_resources()

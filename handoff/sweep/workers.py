@@ -12,8 +12,9 @@ abandoned or cancelled) is killed, never kept. Ray ends them all with the driver
 
 from __future__ import annotations
 
-import time
 from typing import Any
+
+from handoff.sweep import clock
 
 RELEASE_WAIT_S = 10.0  # for a kept worker to say it is idle; one that does not is killed
 DEATH_WAIT_S = 30.0  # for the GCS to list killed workers dead
@@ -75,9 +76,9 @@ def kill(ray, handles: list) -> None:
 
     for handle in handles:
         ray.kill(handle)
-    deadline = time.monotonic() + DEATH_WAIT_S
-    while handles and time.monotonic() < deadline:
-        time.sleep(0.1)
+    deadline = clock.monotonic() + DEATH_WAIT_S
+    while handles and clock.monotonic() < deadline:
+        clock.sleep(0.1)
         handles = [h for h in handles if actor_state(h) != "DEAD"]
 
 

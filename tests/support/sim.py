@@ -1,0 +1,680 @@
+"""A deterministic simulator of the sweep's runtime (issue 48): the REAL driver (`Driver.execute`, its
+dispatch loop, failure policy, outage clocks, replica waits), engine pool and sequential schedule run
+on a fake Ray and a virtual clock (handoff.sweep.clock), under a fault schedule drawn from one
+integer. Nothing sleeps: `wait`/`get` advance the clock to the next event.
+
+The world (`Sim`, which is also the `ray` the driver is given):
+- nodes: a CPU node for the workers and GPU nodes for the engine replicas; a node dies (the GCS lists
+  it dead `DETECT_S` later; meanwhile its actors are unreachable, their table state still ALIVE), and
+  a replacement node joins later or never (its actors restart there, or stay RESTARTING);
+- actors (episode workers and engine replicas) with the GCS states ALIVE / RESTARTING / DEAD, their
+  node and restarts; a call to an unreachable worker fails as "unavailable", to a dead one as dead;
+- episodes (scripted): each runs `duration` seconds of its replicas' time: it stalls while its agent or
+  user replica is down (a client waiting for the replacement) and fails as EngineUnavailableError (free)
+  past engine.load_timeout_s or on a replica dead for good; a worker's death fails its episodes as
+  Ray does (ActorDiedError, or ActorUnavailableError on a lost node);
+- engine loads that take `load_s` (past engine.load_timeout_s: TimeoutError) or fail.
+
+Faults (`Schedule`, drawn by `draw(seed)`): worker crashes on a healthy node (restart soon, late, or
+never), worker-node loss (with or without a replacement), replica deaths (OOM-like, restart soon or
+late; engine.max_restarts spent: dead), GPU-node loss (with or without a replacement), slow and failed
+loads, poison episodes (they kill their worker every time), hung episodes (never end), and a driver
+kill at a given time followed by a resume (a fresh cluster, the same run directory).
+
+Invariants (`check`): the sweep ends within a bound; every planned episode is in exactly one finished
+shard or its shard in one failed record; no attempt is charged but to a poison or hung episode (or one
+whose worker crashed while it ran alone on it); a shard failed for its episodes holds one of those;
+a fault-free schedule finishes every shard with no failure.
+
+Replay: `run(seed)` (or `python -m bench.bench_sim --seed N`) reruns schedule N exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import heapq
+import itertools
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray.exceptions as rx
+
+from handoff.records import read_shard
+from handoff.sweep import clock as sweep_clock
+from handoff.sweep import driver as driver_module
+from handoff.sweep import engines as engines_module
+from handoff.sweep import schedule as schedule_module
+from handoff.sweep.driver import Driver
+from handoff.sweep.engines import EngineUnavailableError
+from handoff.sweep.failures import Place, ShardFailure
+from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.rundir import SweepRun
+from handoff.sweep.workers import IDLE
+
+DETECT_S = 10.0  # how long a dead node is listed alive (Ray's health checks)
+LOAD_TIMEOUT_S = 60.0
+EPISODE_TIMEOUT_S = 120.0
+NEVER = float("inf")
+
+
+class DriverKilled(BaseException):
+    """The driver process killed (SIGKILL) at a scheduled time: nothing of it runs on."""
+
+
+class Hang(BaseException):
+    """The sweep ran past its bound: a hang."""
+
+
+@dataclass(eq=False)
+class Ref:
+    done: bool = False
+    value: object = None
+    error: BaseException | None = None
+
+    def resolve(self, value=None, error: BaseException | None = None) -> None:
+        if not self.done:
+            self.done, self.value, self.error = True, value, error
+
+
+class Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+class Actor:
+    def __init__(self, sim: "Sim", node: str, max_restarts: int):
+        self.sim, self._actor_id = sim, next(sim.ids)
+        self.state, self.node, self.restarts, self.max_restarts = "ALIVE", node, 0, max_restarts
+
+    @property
+    def place(self) -> Place:
+        return Place(self.state, self.node, self.restarts)
+
+    @property
+    def usable(self) -> bool:
+        return self.state == "ALIVE" and self.sim.machines[self.node].up
+
+    def crash(self, restart_s: float) -> None:
+        """Died (its process killed): Ray restarts it after `restart_s` on its node (NEVER: never), if
+        it has restarts left."""
+        if self.state == "DEAD":
+            return
+        if self.max_restarts >= 0 and self.restarts >= self.max_restarts:
+            self.set_state("DEAD")
+            return
+        self.set_state("RESTARTING")
+        if restart_s != NEVER:
+            self.sim.after(restart_s, self.restarted)
+
+    def restarted(self) -> None:
+        if self.state == "RESTARTING" and self.sim.machines[self.node].up:
+            self.restarts += 1
+            self.set_state("ALIVE")
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self.sim.changed(self)
+
+
+class Worker(Actor):
+    def __init__(self, sim: "Sim", node: str):
+        super().__init__(sim, node, max_restarts=-1)
+        self.runs: list[Run] = []
+        self.run = Method(self._run)
+        self.enter = Method(lambda ctx: Ref(True, None))
+        self.idle = Method(lambda: Ref(True, not self.runs))
+        self.ping = Method(lambda: Ref(True, 0))
+
+    def _run(self, episode: dict, agent, user, ctx) -> Ref:
+        ref = Ref()
+        if self.state == "DEAD":
+            ref.resolve(error=rx.ActorDiedError())
+        elif not self.usable:
+            ref.resolve(error=rx.ActorUnavailableError("Connection refused", None))
+        else:
+            self.sim.start(Run(self.sim, Episode.model_validate(episode), self, agent, user, ref))
+        return ref
+
+    def crash(self, restart_s: float) -> None:
+        for run in list(self.runs):
+            run.fail(rx.ActorDiedError())
+        super().crash(restart_s)
+
+
+class Replica(Actor):
+    def __init__(self, sim: "Sim", node: str, load_s: float, fails: bool, max_restarts: int):
+        super().__init__(sim, node, max_restarts)
+        self.load_s, self.fails = load_s, fails
+        self.served = Method(lambda: Ref(True, {}))
+
+
+@dataclass
+class Node:
+    up: bool = True
+    listed: bool = True  # in ray.nodes() as alive
+
+
+class Run:
+    """One episode running on a worker: `duration` seconds while its replicas serve."""
+
+    def __init__(self, sim: "Sim", ep: Episode, worker: Worker, agent, user, ref: Ref):
+        self.sim, self.ep, self.worker, self.ref = sim, ep, worker, ref
+        self.spec = sim.schedule.episodes[ep.key]
+        self.replicas = [r for r in (_routed(ep, agent), _routed(ep, user)) if r is not None] if agent.replicas \
+            else []
+        self.left, self.token, self.since = 1e9 if self.spec.hang else self.spec.duration, 0, sim.now
+        self.stalled: float | None = None
+
+    def begin(self) -> None:
+        self.worker.runs.append(self)
+        if not self.replicas or any(r.state == "DEAD" for r in self.replicas):
+            self.fail(_unavailable("no replica alive"))
+            return
+        if self.spec.poison:
+            self.sim.after(min(self.spec.duration / 2, 1.0), self._poison)
+        self.resume()
+
+    def _poison(self) -> None:
+        if self in self.worker.runs:
+            self.sim.log.append(("poison", self.ep.key))
+            self.worker.crash(self.sim.schedule.restart_s)
+
+    def resume(self) -> None:
+        if any(not r.usable for r in self.replicas):
+            self.stall()
+            return
+        self.stalled, self.token, self.since = None, self.token + 1, self.sim.now
+        self.sim.after(self.left, lambda t=self.token: self._finish(t))
+
+    def stall(self) -> None:
+        if self.stalled is None:
+            self.left -= self.sim.now - self.since
+            self.token += 1
+            self.stalled = self.sim.now
+            self.sim.after(LOAD_TIMEOUT_S, lambda t=self.token: self._timeout(t))
+
+    def _timeout(self, token: int) -> None:
+        if token == self.token:
+            self.fail(_unavailable(f"replica down past engine.load_timeout_s={LOAD_TIMEOUT_S:g}s"))
+
+    def replica_changed(self, replica: Replica) -> None:
+        if replica.state == "DEAD":
+            self.fail(_unavailable("replica dead"))
+        elif not replica.usable:
+            self.stall()
+        elif self.stalled is not None and all(r.usable for r in self.replicas):
+            self.resume()
+
+    def _finish(self, token: int) -> None:
+        if token == self.token:
+            self.end()
+            e = self.ep
+            self.ref.resolve({"model": e.model, "domain": e.domain, "task_id": e.task_id, "trial": e.trial,
+                              "seed": e.seed, "step": e.step, "simulation": {"task_id": e.task_id},
+                              "wall_s": self.spec.duration})
+
+    def fail(self, error: BaseException) -> None:
+        self.end()
+        self.ref.resolve(error=error)
+
+    def end(self) -> None:
+        self.token += 1
+        if self in self.worker.runs:
+            self.worker.runs.remove(self)
+        self.sim.running.discard(self)
+
+
+def _routed(ep: Episode, ref):
+    if ref is None or not ref.replicas:
+        return None
+    digest = hashlib.sha256("/".join(map(str, ep.key)).encode()).digest()
+    return ref.replicas[int.from_bytes(digest[:4], "big") % len(ref.replicas)]
+
+
+def _unavailable(why: str) -> BaseException:
+    return rx.RayTaskError("run", why, EngineUnavailableError(why))
+
+
+class ActorClass:
+    def __init__(self, sim: "Sim"):
+        self.sim = sim
+
+    def options(self, **_):
+        return self
+
+    def remote(self, *_):
+        return self.sim.new_worker()
+
+
+class Context:
+    def __init__(self, job: str):
+        self.job = job
+
+    def get_job_id(self) -> str:
+        return self.job
+
+    def get_node_id(self) -> str:
+        return "head"
+
+
+class Placement:
+    """The engine pool's placement on the simulated GPU nodes."""
+
+    def __init__(self, sim: "Sim"):
+        self.sim = sim
+
+    def start(self, ck, role: str) -> Replica:
+        return self.sim.new_replica()
+
+    def await_ready(self, replicas: list, timeout_s: float) -> list:
+        start = self.sim.now
+        self.sim.advance(start + min(timeout_s, max((r.load_s for r in replicas), default=0)))
+        out = []
+        for r in replicas:
+            if r.fails:
+                out.append(RuntimeError("injected load failure"))
+            elif r.load_s > timeout_s or r.state != "ALIVE":
+                out.append(TimeoutError(f"not loaded within {timeout_s:g}s"))
+            else:
+                out.append(None)
+        return out
+
+    def state(self, replica: Replica) -> str:
+        return replica.state
+
+    def stop(self, replica: Replica) -> None:
+        replica.set_state("DEAD")
+
+
+# -- the schedule ------------------------------------------------------------------------------------
+@dataclass
+class EpisodeSpec:
+    duration: float
+    poison: bool = False  # kills its worker every time it runs
+    hang: bool = False  # never ends (its own fault: the episode timeout)
+
+
+@dataclass
+class Fault:
+    at: float
+    kind: str  # worker_crash, worker_node, replica_crash, gpu_node
+    target: int = 0  # which worker / replica / node (modulo how many there are)
+    restart_s: float = 5.0  # NEVER: the restart never completes
+    back_s: float = NEVER  # node loss: a replacement joins after this (NEVER: none)
+
+
+@dataclass
+class Schedule:
+    seed: int
+    workers: int
+    threads: int
+    replicas: int
+    shards: list[Shard]
+    episodes: dict[tuple, EpisodeSpec]
+    faults: list[Fault] = field(default_factory=list)
+    load_s: list[float] = field(default_factory=list)  # per replica started, in order (then 1 s)
+    failed_loads: set[int] = field(default_factory=set)
+    kill_at: float | None = None
+    unplaced: set[int] = field(default_factory=set)  # workers Ray never places (their `enter` never ends)
+    restart_s: float = 3.0  # a poison episode's worker restart
+    max_attempts: int = 2
+
+    @property
+    def fault_free(self) -> bool:
+        return not (self.faults or self.failed_loads or self.kill_at is not None or self.unplaced
+                    or any(s.poison or s.hang for s in self.episodes.values())
+                    or any(t > LOAD_TIMEOUT_S for t in self.load_s))
+
+    def own(self) -> set[tuple]:
+        """Episodes whose failures are their own (poison, hung)."""
+        return {k for k, s in self.episodes.items() if s.poison or s.hang}
+
+
+def draw(seed: int, faults: bool = True) -> Schedule:
+    """Schedule `seed`: a cluster, a plan, episode durations and (with `faults`) random faults."""
+    rng = random.Random(seed)
+    workers, threads, replicas = rng.randint(1, 3), rng.randint(1, 2), rng.randint(1, 2)
+    shards, episodes = [], {}
+    for s in range(rng.randint(1, 4)):
+        eps = [Episode(model=MODEL, step=0, domain="airline", task_id=str(s * 10 + i), trial=0, seed=1)
+               for i in range(rng.randint(1, 4))]
+        shards.append(Shard(id=f"s{s}", model=MODEL, domain="airline", trial=0, episodes=eps))
+        for ep in eps:
+            episodes[ep.key] = EpisodeSpec(rng.uniform(60, 110) if rng.random() < 0.2 else rng.uniform(2, 30))
+    sched = Schedule(seed, workers, threads, replicas, shards, episodes, restart_s=rng.uniform(1, 10))
+    if not faults:
+        return sched
+    keys = sorted(episodes)
+    if rng.random() < 0.15:
+        episodes[rng.choice(keys)].poison = True
+    if rng.random() < 0.1:
+        episodes[rng.choice(keys)].hang = True
+    sched.load_s = [rng.choice([1.0, 5.0, 90.0]) if rng.random() < 0.15 else 1.0 for _ in range(6)]
+    sched.failed_loads = {i for i in range(6) if rng.random() < 0.05}
+    horizon = sum(s.duration for s in episodes.values()) / max(1, workers * threads) + 20
+    for _ in range(rng.choice([0, 1, 1, 2, 3])):
+        kind = rng.choice(["worker_crash", "worker_node", "replica_crash", "gpu_node"])
+        restart = rng.choice([2.0, 20.0, 200.0, NEVER])
+        back = rng.choice([5.0, 40.0, 200.0, NEVER])
+        sched.faults.append(Fault(rng.uniform(0, horizon), kind, rng.randrange(8), restart, back))
+    if rng.random() < 0.2:
+        sched.kill_at = rng.uniform(0, horizon)
+    if rng.random() < 0.05:
+        sched.unplaced = {rng.randrange(workers)}
+    return sched
+
+
+MODEL = "smollm2-135m-instruct"  # the scripted engine's checkpoint (the config's default)
+
+
+# -- the world ---------------------------------------------------------------------------------------
+class Sim:
+    """The simulated cluster, and the `ray` the driver is given."""
+
+    exceptions = rx
+
+    def __init__(self, schedule: Schedule, job: str, faults: bool, bound_s: float):
+        self.schedule, self.job, self.bound = schedule, job, bound_s
+        self.now, self.seq, self.events = 0.0, itertools.count(), []
+        self.ids = itertools.count(1)
+        self.machines = {"cpu0": Node(), "gpu0": Node(), "gpu1": Node()}
+        self.hung = False
+        self.workers: list[Worker] = []
+        self.replicas: list[Replica] = []
+        self.running: set[Run] = set()
+        self.log: list = []
+        self.kill_at, self.faults = (schedule.kill_at if faults else None), faults
+        self.crashed_alone: set[tuple] = set()  # episodes whose worker crashed while they ran alone on it
+        if faults:
+            for fault in schedule.faults:
+                self.at(fault.at, lambda f=fault: self.inject(f))
+
+    # events
+    def at(self, t: float, fn) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), fn))
+
+    def after(self, s: float, fn) -> None:
+        self.at(self.now + s, fn)
+
+    def advance(self, until: float, ready=lambda: False) -> None:
+        while not ready():
+            if self.kill_at is not None and self.kill_at <= until and (not self.events or self.events[0][0] >= self.kill_at):
+                self.now, self.kill_at = max(self.now, self.kill_at), None
+                raise DriverKilled(f"driver killed at {self.now:g}s")
+            if not self.events or self.events[0][0] > until:
+                self.now = max(self.now, until)
+                break
+            t, _, fn = heapq.heappop(self.events)
+            self.now = max(self.now, t)
+            fn()
+        if self.now > self.bound and not self.hung:
+            self.hung = True
+            raise Hang(f"the sweep ran past its bound {self.bound:g}s (virtual)")
+
+    # the cluster
+    def new_worker(self) -> Worker:
+        w = Worker(self, "cpu0")
+        if self.faults and len(self.workers) in self.schedule.unplaced:
+            w.enter = Method(lambda ctx: Ref())
+        self.workers.append(w)
+        return w
+
+    def new_replica(self) -> Replica:
+        i = len(self.replicas)
+        loads = self.schedule.load_s
+        up = [name for name, n in self.machines.items() if name.startswith("gpu") and n.up]
+        load_s = (loads[i] if i < len(loads) else 1.0) if up else NEVER  # no GPU node: it waits for one
+        r = Replica(self, up[i % len(up)] if up else "gpu0", load_s, i in self.schedule.failed_loads, max_restarts=3)
+        self.replicas.append(r)
+        return r
+
+    def start(self, run: Run) -> None:
+        self.running.add(run)
+        run.begin()
+
+    def changed(self, actor: Actor) -> None:
+        if isinstance(actor, Replica):
+            for run in sorted(self.running, key=lambda r: r.ep.key):
+                if actor in run.replicas:
+                    run.replica_changed(actor)
+
+    def inject(self, fault: Fault) -> None:
+        self.log.append((round(self.now, 3), fault.kind, fault.target))
+        if fault.kind == "worker_crash" and self.workers:
+            w = self.workers[fault.target % len(self.workers)]
+            if len(w.runs) == 1:
+                self.crashed_alone.add(w.runs[0].ep.key)
+            w.crash(fault.restart_s)
+        elif fault.kind == "replica_crash" and self.replicas:
+            live = [r for r in self.replicas if r.state != "DEAD"]
+            if live:
+                live[fault.target % len(live)].crash(fault.restart_s)
+        elif fault.kind in ("worker_node", "gpu_node"):
+            self.lose_node("cpu0" if fault.kind == "worker_node" else f"gpu{fault.target % 2}", fault.back_s)
+
+    def lose_node(self, name: str, back_s: float) -> None:
+        node = self.machines[name]
+        if not node.up:
+            return
+        node.up = False
+        on_it = [a for a in [*self.workers, *self.replicas] if a.node == name and a.state != "DEAD"]
+        for w in [a for a in on_it if isinstance(a, Worker)]:
+            for run in list(w.runs):
+                run.fail(rx.ActorUnavailableError("Connection refused", None))
+        for r in [a for a in on_it if isinstance(a, Replica)]:
+            self.changed(r)  # its episodes stall
+
+        def detected():
+            node.listed = False
+            for a in on_it:
+                if a.state == "ALIVE":
+                    a.set_state("RESTARTING")
+
+        self.after(DETECT_S, detected)
+        if back_s != NEVER:
+            self.after(max(back_s, DETECT_S + 1), lambda: self.replace_node(name, on_it))
+
+    def replace_node(self, name: str, actors: list) -> None:
+        new = f"{name}'"
+        self.machines[new] = Node()
+        for a in actors:
+            if a.state == "RESTARTING":
+                a.node = new
+                a.restarts += 1
+                a.set_state("ALIVE")
+
+    # the clock (handoff.sweep.clock)
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(self.now + seconds)
+
+    # ray's API, as the driver uses it
+    def wait(self, refs, num_returns=1, timeout=None):
+        refs = list(refs)
+        need = min(num_returns, len(refs))
+        self.advance(self.now + (NEVER if timeout is None else timeout), lambda: sum(r.done for r in refs) >= need)
+        ready = [r for r in refs if r.done]
+        return ready, [r for r in refs if not r.done]
+
+    def get(self, ref, timeout=None):
+        if isinstance(ref, list):
+            return [self.get(r, timeout) for r in ref]
+        if not ref.done:
+            self.wait([ref], timeout=timeout)
+            if not ref.done:
+                raise rx.GetTimeoutError("Get timed out")
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    def cancel(self, ref, **_) -> None:
+        for run in list(self.running):
+            if run.ref is ref:
+                run.end()
+                ref.resolve(error=rx.TaskCancelledError())
+
+    def put(self, value):
+        return value
+
+    def kill(self, handle) -> None:
+        if isinstance(handle, Worker):
+            for run in list(handle.runs):
+                run.fail(rx.ActorDiedError())
+        handle.set_state("DEAD")
+
+    def remote(self, cls):
+        return ActorClass(self)
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeID": name, "Alive": n.listed, "Resources": {"CPU": 64, "GPU": 8}}
+                for name, n in self.machines.items()]
+
+    def cluster_resources(self) -> dict:
+        return {"CPU": 64, "GPU": 8}
+
+    def get_runtime_context(self) -> Context:
+        return Context(self.job)
+
+
+@contextlib.contextmanager
+def seams(sim: Sim):
+    """What the driver reads of Ray outside its `ray` (the GCS's actor table, the nodes alive), and its
+    clock, pointed at `sim` for the block."""
+    saved = [(m, n, getattr(m, n)) for m, n in ((driver_module, "actor_place"), (driver_module, "nodes_alive"),
+                                               (engines_module, "actor_state"), (schedule_module, "actor_state"))]
+    driver_module.actor_place = lambda handle: handle.place
+    driver_module.nodes_alive = lambda ray: {name for name, n in sim.machines.items() if n.listed}
+    engines_module.actor_state = schedule_module.actor_state = lambda handle: handle.state
+    try:
+        with sweep_clock.use(sim):
+            yield sim
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+        IDLE.forget()
+
+
+# -- a run and its invariants ------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    seed: int
+    violations: list[str]
+    charged: list[tuple]
+    failed: dict[str, str]
+    done: list[str]
+    virtual_s: float
+    resumed: bool
+    log: list
+
+
+_CONFIGS: dict = {}
+
+
+def config(sched: Schedule, run_dir: Path):
+    from handoff.sweep.config import validate
+    from handoff.sweep.run import compose
+
+    key = (sched.workers, sched.threads, sched.replicas, sched.max_attempts)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = validate(compose([
+            "run_dir=/nonexistent", "engine=scripted", "schedule=sequential", f"workers.processes={sched.workers}",
+            f"workers.threads={sched.threads}", f"engine.replicas={sched.replicas}", f"max_attempts={sched.max_attempts}",
+            f"engine.load_timeout_s={LOAD_TIMEOUT_S}", f"episode_timeout_s={EPISODE_TIMEOUT_S}", "logger.mode=disabled"]))
+    return _CONFIGS[key].model_copy(update={"run_dir": str(run_dir)})
+
+
+def bound_s(sched: Schedule) -> float:
+    """No sweep of this schedule may take longer (virtual seconds): every episode run max_attempts + its
+    free resubmissions after each fault, each fault's outage and every engine start."""
+    work = sum(min(s.duration, EPISODE_TIMEOUT_S) for s in sched.episodes.values())
+    per_fault = 2 * LOAD_TIMEOUT_S + EPISODE_TIMEOUT_S + 220
+    return (work + EPISODE_TIMEOUT_S) * (sched.max_attempts + 3) + (len(sched.faults) + 2) * per_fault * 4 \
+        + 10 * LOAD_TIMEOUT_S
+
+
+def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Path | None = None) -> Outcome:
+    """Run schedule `seed` (or `sched`) on the real driver; check the invariants."""
+    from handoff.sweep.config import checkpoints
+
+    sched = sched or draw(seed, faults)
+    tmp = Path(tempfile.mkdtemp(prefix=f"sim-{seed}-")) if root is None else root
+    charged: list[tuple] = []
+    violations: list[str] = []
+    resumed, virtual = False, 0.0
+    log: list = []
+    original_charge = Driver._charge
+
+    def spy(self, item, exc, placement, bar):
+        charged.append(item.episode.key)
+        return original_charge(self, item, exc, placement, bar)
+
+    try:
+        cfg = config(sched, tmp / "run")
+        for job, with_faults in (("job-1", faults), ("job-2", False)):
+            if job == "job-2" and not resumed:
+                break
+            sim = Sim(sched, f"{sched.seed}-{job}", with_faults, bound_s(sched))
+            d = Driver(cfg, SweepRun(tmp / "run"), checkpoints(cfg), sched.shards, progress=False,
+                       placement=Placement(sim))
+            Driver._charge = spy
+            try:
+                with seams(sim):
+                    d.execute(ray=sim)
+            except DriverKilled:
+                resumed = True
+            except Hang as exc:
+                violations.append(f"no hang: {exc}")
+                break
+            finally:
+                Driver._charge = original_charge
+                virtual += sim.now
+                log += sim.log
+                crashed_alone = sim.crashed_alone
+            if job == "job-1" and not resumed:
+                break
+        if not violations:
+            violations += check(sched, SweepRun(tmp / "run"), charged, crashed_alone if faults else set(), faults)
+        run_ = SweepRun(tmp / "run")
+        failed = {s.id: run_.read_failed(s.id).kind for s in sched.shards if run_.failed_path(s.id).exists()}
+        done = [s.id for s in sched.shards if run_.shard_path(s.id).exists()]
+        return Outcome(sched.seed, violations, charged, failed, done, virtual, resumed, log)
+    finally:
+        if root is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check(sched: Schedule, run: SweepRun, charged: list[tuple], crashed_alone: set, faults: bool) -> list[str]:
+    out = []
+    own = sched.own() | crashed_alone
+    for shard in sched.shards:
+        planned = [e.key for e in shard.episodes]
+        done, failed = run.shard_path(shard.id).exists(), run.failed_path(shard.id).exists()
+        if done == failed:
+            out.append(f"accounting: shard {shard.id} is {'both done and failed' if done else 'neither done nor failed'}")
+            continue
+        if done:
+            keys = [r.key for r in read_shard(run.shard_path(shard.id))]
+            if sorted(keys) != sorted(planned):
+                out.append(f"accounting: shard {shard.id} holds {keys}, planned {planned}")
+            if any(sched.episodes[k].poison for k in planned):
+                out.append(f"poison charged: shard {shard.id} finished with a poison episode recorded")
+            continue
+        kind = run.read_failed(shard.id).kind
+        if kind is ShardFailure.INTERNAL:
+            out.append(f"accounting: shard {shard.id} failed as internal (neither complete nor failed)")
+        if kind is ShardFailure.EPISODE and not own & set(planned):
+            out.append(f"own shard alone: shard {shard.id} failed for its episodes, none poison or hung")
+        if not faults or sched.fault_free:
+            out.append(f"fault-free: shard {shard.id} failed ({kind})")
+    for key in charged:
+        if key not in own:
+            out.append(f"no charge for infrastructure: {'/'.join(map(str, key))} charged an attempt")
+    return out
