@@ -21,7 +21,7 @@ late; engine.max_restarts spent: dead), GPU-node loss (with or without a replace
 loads, poison episodes (they kill their worker every time), hung episodes (never end), and a driver
 kill at a given time followed by a resume (a fresh cluster, the same run directory).
 
-Invariants (`check`): the sweep ends within a bound; every planned episode is in exactly one finished
+Invariants (`check`): the sweep ends within a bound, and without an exception; every planned episode is in exactly one finished
 shard or its shard in one failed record; no attempt is charged but to a poison or hung episode (or one
 whose worker crashed while it ran alone on it); a shard failed for its episodes holds one of those;
 a fault-free schedule finishes every shard with no failure.
@@ -632,6 +632,9 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
                 resumed = True
             except Hang as exc:
                 violations.append(f"no hang: {exc}")
+                break
+            except Exception as exc:  # noqa: BLE001 - the sweep escaped with a traceback (exit 1)
+                violations.append(f"no crash: the sweep raised {type(exc).__name__}: {exc}"[:300])
                 break
             finally:
                 Driver._charge = original_charge
