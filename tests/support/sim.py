@@ -152,6 +152,24 @@ class Replica(Actor):
         super().__init__(sim, node, max_restarts)
         self.load_s, self.fails = load_s, fails
         self.served = Method(lambda: Ref(True, {}))
+        self.ready = Method(lambda: self._loading(self.load_s))
+        self.load = Method(lambda checkpoint: self._loading(1.0))  # in place (the rolling schedule)
+
+    def _loading(self, seconds: float) -> Ref:
+        """A load that ends `seconds` from now (never when NEVER: the driver's load timeout ends it)."""
+        ref = Ref()
+
+        def loaded():
+            if self.state != "ALIVE":
+                ref.resolve(error=rx.ActorDiedError())
+            elif self.fails:
+                ref.resolve(error=rx.RayTaskError("ready", "injected load failure", RuntimeError("injected load failure")))
+            else:
+                ref.resolve(0)
+
+        if seconds != NEVER:
+            self.sim.after(seconds, loaded)
+        return ref
 
 
 @dataclass
@@ -321,6 +339,7 @@ class Schedule:
     load_s: list[float] = field(default_factory=list)  # per replica started, in order (then 1 s)
     failed_loads: set[int] = field(default_factory=set)
     kill_at: float | None = None
+    rolling: bool = False  # schedule=rolling (else sequential)
     unplaced: set[int] = field(default_factory=set)  # workers Ray never places (their `enter` never ends)
     restart_s: float = 3.0  # a poison episode's worker restart
     max_attempts: int = 2
@@ -340,14 +359,17 @@ def draw(seed: int, faults: bool = True) -> Schedule:
     """Schedule `seed`: a cluster, a plan, episode durations and (with `faults`) random faults."""
     rng = random.Random(seed)
     workers, threads, replicas = rng.randint(1, 3), rng.randint(1, 2), rng.randint(1, 2)
+    models = [model(i) for i in range(rng.randint(1, 3))]
     shards, episodes = [], {}
     for s in range(rng.randint(1, 4)):
-        eps = [Episode(model=MODEL, step=0, domain="airline", task_id=str(s * 10 + i), trial=0, seed=1)
+        name = models[s % len(models)]
+        eps = [Episode(model=name, step=0, domain="airline", task_id=str(s * 10 + i), trial=0, seed=1)
                for i in range(rng.randint(1, 4))]
-        shards.append(Shard(id=f"s{s}", model=MODEL, domain="airline", trial=0, episodes=eps))
+        shards.append(Shard(id=f"s{s}", model=name, domain="airline", trial=0, episodes=eps))
         for ep in eps:
             episodes[ep.key] = EpisodeSpec(rng.uniform(60, 110) if rng.random() < 0.2 else rng.uniform(2, 30))
-    sched = Schedule(seed, workers, threads, replicas, shards, episodes, restart_s=rng.uniform(1, 10))
+    sched = Schedule(seed, workers, threads, replicas, shards, episodes, restart_s=rng.uniform(1, 10),
+                     rolling=rng.random() < 0.5)
     if not faults:
         return sched
     keys = sorted(episodes)
@@ -370,7 +392,11 @@ def draw(seed: int, faults: bool = True) -> Schedule:
     return sched
 
 
-MODEL = "smollm2-135m-instruct"  # the scripted engine's checkpoint (the config's default)
+def model(step: int) -> str:
+    return f"policy-step{step}"
+
+
+MODEL = model(0)
 
 
 # -- the world ---------------------------------------------------------------------------------------
@@ -582,13 +608,23 @@ def config(sched: Schedule, run_dir: Path):
     from handoff.sweep.config import validate
     from handoff.sweep.run import compose
 
-    key = (sched.workers, sched.threads, sched.replicas, sched.max_attempts)
+    key = (sched.workers, sched.threads, sched.replicas, sched.max_attempts, sched.rolling)
     if key not in _CONFIGS:
         _CONFIGS[key] = validate(compose([
-            "run_dir=/nonexistent", "engine=scripted", "schedule=sequential", f"workers.processes={sched.workers}",
+            "run_dir=/nonexistent", "engine=scripted", f"schedule={'rolling' if sched.rolling else 'sequential'}",
+            f"workers.processes={sched.workers}",
             f"workers.threads={sched.threads}", f"engine.replicas={sched.replicas}", f"max_attempts={sched.max_attempts}",
             f"engine.load_timeout_s={LOAD_TIMEOUT_S}", f"episode_timeout_s={EPISODE_TIMEOUT_S}", "logger.mode=disabled"]))
     return _CONFIGS[key].model_copy(update={"run_dir": str(run_dir)})
+
+
+def _checkpoints(cfg, sched: Schedule) -> list:
+    """The plan's checkpoints: the scripted engine's default, once per model name the shards use."""
+    from handoff.sweep.config import checkpoints
+
+    base = checkpoints(cfg)[0]
+    steps = sorted({int(s.model.rsplit("step", 1)[1]) for s in sched.shards})
+    return [base.model_copy(update={"name": model(step), "step": step}) for step in steps]
 
 
 def bound_s(sched: Schedule) -> float:
@@ -602,8 +638,6 @@ def bound_s(sched: Schedule) -> float:
 
 def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Path | None = None) -> Outcome:
     """Run schedule `seed` (or `sched`) on the real driver; check the invariants."""
-    from handoff.sweep.config import checkpoints
-
     sched = sched or draw(seed, faults)
     tmp = Path(tempfile.mkdtemp(prefix=f"sim-{seed}-")) if root is None else root
     charged: list[tuple] = []
@@ -622,7 +656,7 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
             if job == "job-2" and not resumed:
                 break
             sim = Sim(sched, f"{sched.seed}-{job}", with_faults, bound_s(sched))
-            d = Driver(cfg, SweepRun(tmp / "run"), checkpoints(cfg), sched.shards, progress=False,
+            d = Driver(cfg, SweepRun(tmp / "run"), _checkpoints(cfg, sched), sched.shards, progress=False,
                        placement=Placement(sim))
             Driver._charge = spy
             try:
