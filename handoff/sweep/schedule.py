@@ -176,12 +176,13 @@ class Rolling:
     def stranded(self, alive: set) -> list[EngineRef]:
         """The engine sets of the checkpoints with queued episodes that no slot can take: none of
         the slots holding it serves (`alive`: actor ids), and no slot of its own (not pinned) serves
-        or is still to start, so none will move to it. A pinned slot serves its checkpoint only."""
-        if any(not s.pinned and (s.actor is None or s.serving(alive)) for s in self.slots):
-            return []
+        or is still to start, so none will move to it; or none will move to it at all, as its load
+        failed on a slot (`unloadable`). A pinned slot serves its checkpoint only."""
+        movable = any(not s.pinned and (s.actor is None or s.serving(alive)) for s in self.slots)
         holders = {c.name: [s for s in self.slots if s.holds == c.name] for c in self.ckpts if self.work.queued(c.name)}
         return [EngineRef(self._checkpoint(name), [r for s in slots for r in s.replicas])
-                for name, slots in holders.items() if not any(s.serving(alive) for s in slots)]
+                for name, slots in holders.items()
+                if not any(s.serving(alive) for s in slots) and (name in self.unloadable or not movable)]
 
     def _checkpoint(self, name: str) -> Checkpoint:
         return next(c for c in self.ckpts if c.name == name)
