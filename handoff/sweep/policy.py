@@ -147,8 +147,14 @@ class ReplicaWaits:
     """A partial outage: a replica down (its node lost, Ray restarting it) while others of its set serve
     pauses nothing, but an episode whose engines include it may wait for it (its requests wait for the
     replacement, up to `timeout_s`, then fail as EngineUnavailableError, for free). Such an episode's
-    clock stops while the replica is down: from the look that first saw it down to the look that
-    saw it back (its time is credited back look by look, `started` moved on), at most `timeout_s` in all."""
+    clock stops while the replica is down: from the look that first saw it down (and DETECTION_S
+    before) to the look that saw it back (its time is credited back look by look, `started` moved
+    on), at most `timeout_s` in all."""
+
+    # The GCS lists a dead node's actors ALIVE until the node's health checks fail (Ray's defaults: a
+    # check every 3 s, dead after 5 failures): the look that first sees a replica down credits those
+    # seconds back too (at most the episode's own time so far).
+    DETECTION_S = 15.0
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
@@ -159,8 +165,16 @@ class ReplicaWaits:
         the replicas `down` now; `paused`: the time since the last look was a pause's (credited by it)."""
         elapsed, self.last = (0.0 if self.last is None else now - self.last), now
         for item in items:
-            if item.waiting and not paused:
-                credit = max(0.0, min(elapsed, self.timeout_s - item.waited_s))
-                item.started += credit
-                item.waited_s += credit
-            item.waiting = bool(down & item.replicas)
+            waits = bool(down & item.replicas)
+            if paused:
+                pass
+            elif item.waiting:
+                self._give(item, elapsed)
+            elif waits:  # first seen waiting: the node's death may have been seen late
+                self._give(item, min(self.DETECTION_S, now - item.started))
+            item.waiting = waits
+
+    def _give(self, item, seconds: float) -> None:
+        credit = max(0.0, min(seconds, self.timeout_s - item.waited_s))
+        item.started += credit
+        item.waited_s += credit

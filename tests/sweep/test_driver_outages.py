@@ -128,4 +128,5 @@ def test_a_partial_outage_stops_the_clocks_of_the_episodes_that_may_wait_for_the
         live = at(t, **now)
         assert live.ready and not d.clocks.paused
     assert inflight["other"].started == 1000.0
-    assert 1000.0 + 56 <= inflight["waits"].started <= 1000.0 + 60  # credited the outage (to one look's 2 s)
+    # credited the outage, 60 s, and the 10 s it ran before it was seen (a node's death is seen late)
+    assert inflight["waits"].started == 1000.0 + 70

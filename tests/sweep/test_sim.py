@@ -111,3 +111,13 @@ def test_workers_ray_never_places_are_routed_around():
     outcome = sim.run(0, sched=_schedule([10, 10], workers=1, unplaced={0}))
     assert outcome.violations == [] and outcome.failed == {"s0": ShardFailure.INFRASTRUCTURE,
                                                            "s1": ShardFailure.INFRASTRUCTURE}
+
+
+def test_a_node_death_seen_late_is_not_charged_to_the_episodes_waiting_for_it():
+    """Found by the simulator (the first draw's seed 98): GPU node 0 dies at t=100 under a 112 s episode
+    (episode_timeout_s=120) and its replacement comes 40 s later. The GCS lists the lost replica ALIVE
+    for the 10 s until the node's death is detected; the clock credit started only then, and the
+    episode timed out and was charged."""
+    sched = _schedule([112, 10], Fault(100.0, "gpu_node", 0, back_s=40.0), replicas=2)
+    outcome = sim.run(0, sched=sched)
+    assert outcome.violations == [] and outcome.charged == [] and len(outcome.done) == 2
