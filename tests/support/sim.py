@@ -579,13 +579,14 @@ def seams(sim: Sim):
     driver_module.actor_place = lambda handle: handle.place
     driver_module.nodes_alive = lambda ray: {name for name, n in sim.machines.items() if n.listed}
     engines_module.actor_state = schedule_module.actor_state = lambda handle: handle.state
+    kept = IDLE.shape, IDLE.handles  # a real sweep's idle workers in this process, untouched by the simulated ones
     try:
         with sweep_clock.use(sim):
             yield sim
     finally:
         for module, name, value in saved:
             setattr(module, name, value)
-        IDLE.forget()
+        IDLE.shape, IDLE.handles = kept
 
 
 # -- a run and its invariants ------------------------------------------------------------------------
