@@ -11,6 +11,7 @@ import pytest
 
 import handoff  # noqa: F401
 from handoff.sweep import failures, policy
+from handoff.sweep.driver import Driver
 from handoff.sweep.failures import ShardFailure
 from handoff.sweep.plan import Episode, Shard
 from tests.support import sim
@@ -105,12 +106,21 @@ def test_a_driver_killed_mid_sweep_resumes_with_every_episode_accounted_once():
     assert outcome.resumed and outcome.violations == [] and len(outcome.done) == 5
 
 
-def test_workers_ray_never_places_are_routed_around():
+def _old_wait_workers(self):
+    """Driver.wait_workers before issue 46's leftover was fixed."""
+    self.sweep_ref = self.ray.put(None)
+    self.ray.get([h.enter.remote(self.sweep_ref) for h in self.workers], timeout=max(600, self.cfg.engine.load_timeout_s))
+
+
+def test_workers_ray_never_places_are_routed_around(monkeypatch):
     outcome = sim.run(0, sched=_schedule([10, 10], unplaced={0}))
     assert outcome.violations == [] and len(outcome.done) == 2
     outcome = sim.run(0, sched=_schedule([10, 10], workers=1, unplaced={0}))
     assert outcome.violations == [] and outcome.failed == {"s0": ShardFailure.INFRASTRUCTURE,
                                                            "s1": ShardFailure.INFRASTRUCTURE}
+    monkeypatch.setattr(Driver, "wait_workers", _old_wait_workers)
+    [violation] = sim.run(0, sched=_schedule([10, 10], unplaced={0})).violations
+    assert violation.startswith("no crash: the sweep raised GetTimeoutError")
 
 
 def test_a_node_death_seen_late_is_not_charged_to_the_episodes_waiting_for_it():
