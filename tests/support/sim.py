@@ -18,7 +18,9 @@ The world (`Sim`, which is also the `ray` the driver is given):
 Faults (`Schedule`, drawn by `draw(seed)`): worker crashes on a healthy node (restart soon, late, or
 never), worker-node loss (with or without a replacement), replica deaths (OOM-like, restart soon or
 late; engine.max_restarts spent: dead), GPU-node loss (with or without a replacement), slow and failed
-loads, poison episodes (they kill their worker every time), hung episodes (never end), and a driver
+loads, poison episodes (they kill their worker every time), poison requests (they kill their agent
+replica each time they run there: once shared, then twice alone, and their episode ends recorded as
+an engine error, as RayEngineClient's PoisonRequestError does), hung episodes (never end), and a driver
 kill at a given time followed by a resume (a fresh cluster, the same run directory).
 
 Invariants (`check`): the sweep ends within a bound, and without an exception; every planned episode is in exactly one finished
@@ -48,7 +50,7 @@ from handoff.sweep import driver as driver_module
 from handoff.sweep import engines as engines_module
 from handoff.sweep import schedule as schedule_module
 from handoff.sweep.driver import Driver
-from handoff.sweep.engines import EngineUnavailableError
+from handoff.sweep.engines import REQUEST_DEATHS, EngineUnavailableError
 from handoff.sweep.failures import Place, ShardFailure
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.rundir import SweepRun
@@ -188,6 +190,7 @@ class Run:
             else []
         self.left, self.token, self.since = 1e9 if self.spec.hang else self.spec.duration, 0, sim.now
         self.stalled: float | None = None
+        self.request_deaths = 0  # replica deaths under its poison request
 
     def begin(self) -> None:
         self.worker.runs.append(self)
@@ -208,7 +211,19 @@ class Run:
             self.stall()
             return
         self.stalled, self.token, self.since = None, self.token + 1, self.sim.now
+        if self.spec.poison_request and self.request_deaths >= REQUEST_DEATHS + 1:
+            self._finish(self.token)  # PoisonRequestError: the episode ends as an engine error, recorded
+            return
+        if self.spec.poison_request:
+            self.sim.after(min(1.0, self.left / 2), lambda t=self.token: self._kill_replica(t))
         self.sim.after(self.left, lambda t=self.token: self._finish(t))
+
+    def _kill_replica(self, token: int) -> None:
+        """Its request kills the agent replica (once shared, then REQUEST_DEATHS times alone)."""
+        if token == self.token:
+            self.request_deaths += 1
+            self.sim.log.append(("poison_request", self.ep.key))
+            self.replicas[0].crash(self.sim.schedule.restart_s)
 
     def stall(self) -> None:
         if self.stalled is None:
@@ -316,6 +331,7 @@ class EpisodeSpec:
     duration: float
     poison: bool = False  # kills its worker every time it runs
     hang: bool = False  # never ends (its own fault: the episode timeout)
+    poison_request: bool = False  # a request that kills its agent replica each time it runs there
 
 
 @dataclass
@@ -347,7 +363,7 @@ class Schedule:
     @property
     def fault_free(self) -> bool:
         return not (self.faults or self.failed_loads or self.kill_at is not None or self.unplaced
-                    or any(s.poison or s.hang for s in self.episodes.values())
+                    or any(s.poison or s.hang or s.poison_request for s in self.episodes.values())
                     or any(t > LOAD_TIMEOUT_S for t in self.load_s))
 
     def own(self) -> set[tuple]:
@@ -377,6 +393,8 @@ def draw(seed: int, faults: bool = True) -> Schedule:
         episodes[rng.choice(keys)].poison = True
     if rng.random() < 0.1:
         episodes[rng.choice(keys)].hang = True
+    if rng.random() < 0.1:
+        episodes[rng.choice(keys)].poison_request = True
     sched.load_s = [rng.choice([1.0, 5.0, 90.0]) if rng.random() < 0.15 else 1.0 for _ in range(6)]
     sched.failed_loads = {i for i in range(6) if rng.random() < 0.05}
     horizon = sum(s.duration for s in episodes.values()) / max(1, workers * threads) + 20
@@ -645,6 +663,7 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
     violations: list[str] = []
     resumed, virtual = False, 0.0
     log: list = []
+    crashed_alone: set[tuple] = set()
     original_charge = Driver._charge
 
     def spy(self, item, exc, placement, bar):
@@ -675,11 +694,11 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
                 Driver._charge = original_charge
                 virtual += sim.now
                 log += sim.log
-                crashed_alone = sim.crashed_alone
+                crashed_alone |= sim.crashed_alone
             if job == "job-1" and not resumed:
                 break
         if not violations:
-            violations += check(sched, SweepRun(tmp / "run"), charged, crashed_alone if faults else set(), faults)
+            violations += check(sched, SweepRun(tmp / "run"), charged, crashed_alone, faults)
         run_ = SweepRun(tmp / "run")
         failed = {s.id: run_.read_failed(s.id).kind for s in sched.shards if run_.failed_path(s.id).exists()}
         done = [s.id for s in sched.shards if run_.shard_path(s.id).exists()]

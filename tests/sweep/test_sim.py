@@ -131,3 +131,14 @@ def test_a_node_death_seen_late_is_not_charged_to_the_episodes_waiting_for_it():
     sched = _schedule([112, 10], Fault(100.0, "gpu_node", 0, back_s=40.0), replicas=2)
     outcome = sim.run(0, sched=sched)
     assert outcome.violations == [] and outcome.charged == [] and len(outcome.done) == 2
+
+
+def test_a_poison_request_ends_its_episode_recorded_and_costs_its_neighbours_nothing():
+    """Episode 1's request kills its replica each time (once shared, twice alone: RayEngineClient's
+    PoisonRequestError ends it as an engine error, recorded); the episodes sharing the replica wait for
+    its restarts, for free, and the replica (3 of engine.max_restarts=3) serves on."""
+    sched = _schedule([30, 20, 30], replicas=1)
+    sched.episodes[sched.shards[1].episodes[0].key].poison_request = True
+    outcome = sim.run(0, sched=sched)
+    assert outcome.violations == [] and outcome.charged == [] and len(outcome.done) == 3
+    assert [event[0] for event in outcome.log] == ["poison_request"] * 3
