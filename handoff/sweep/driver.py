@@ -455,7 +455,8 @@ class Driver:
         places = {i: actor_place(w) for i, w in enumerate(self.workers)}
         workers = [i for i, p in places.items() if p.state == "ALIVE" and i not in self.policy.deaths.held]
         sets = agents + ([user] if user is not None else [])
-        state = self.pool.states(sets)
+        replicas = self.pool.places(sets)
+        state = {a: p.state for a, p in replicas.items()}
         alive = {a for a, s in state.items() if s == "ALIVE"}
         gone = {a for a, s in state.items() if s == "DEAD"}
         dead = [ref for ref in sets if all(r._actor_id in gone for r in ref.replicas)]
@@ -465,7 +466,8 @@ class Driver:
         if not workers:
             pausing.append(f"episode workers (none alive: each needs {self.cfg.workers.cpus:g} CPU(s))")
         stranded = [] if pausing else placement.stranded(alive)
-        self.replica_waits.credit(inflight.values(), set(state) - alive - gone, now, self.clocks.paused)
+        self.replica_waits.credit(inflight.values(), set(state) - alive - gone, now, self.clocks.paused,
+                                  {a: p.restarts for a, p in replicas.items()})
         tick = self.clocks.tick(now, bool(pausing), bool(stranded))
         for item in inflight.values():
             item.started += tick.credit_s

@@ -159,19 +159,25 @@ class ReplicaWaits:
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
         self.last: float | None = None  # the previous look
+        self.restarts: dict = {}  # replica -> its restarts at the previous look
 
-    def credit(self, items, down: set, now: float, paused: bool) -> None:
+    def credit(self, items, down: set, now: float, paused: bool, restarts: dict | None = None) -> None:
         """Look at the in-flight `items` (each with `replicas`, `started`, `waited_s`, `waiting`) with
-        the replicas `down` now; `paused`: the time since the last look was a pause's (credited by it)."""
+        the replicas `down` now; `paused`: the time since the last look was a pause's (credited by it);
+        `restarts`: each replica's restart count (one that rose since the last look was down meanwhile,
+        maybe never seen so: it counts as first seen waiting, for the time since the last look too)."""
         elapsed, self.last = (0.0 if self.last is None else now - self.last), now
+        restarts = restarts or {}
+        bounced = {r for r, n in restarts.items() if n > self.restarts.get(r, n)}
+        self.restarts = restarts
         for item in items:
             waits = bool(down & item.replicas)
             if paused:
                 pass
             elif item.waiting:
                 self._give(item, elapsed)
-            elif waits:  # first seen waiting: the node's death may have been seen late
-                self._give(item, min(self.DETECTION_S, now - item.started))
+            elif waits or bounced & item.replicas:  # first seen waiting: the node's death may have been seen late
+                self._give(item, min(self.DETECTION_S + (elapsed if not waits else 0.0), now - item.started))
             item.waiting = waits
 
     def _give(self, item, seconds: float) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from handoff.engine.factory import engine_kind, one_engine
 from handoff.sweep.config import Checkpoint, SweepConfig
+from handoff.sweep.failures import Place
 from handoff.sweep.worker import EngineRef
 
 
@@ -33,8 +34,8 @@ class Placement(Protocol):
         """Wait up to `timeout_s` for each replica to load: per replica None (loaded), the error its
         load raised, or TimeoutError (still loading)."""
 
-    def state(self, replica) -> str:
-        """ALIVE, RESTARTING, DEAD, ... (engines.actor_state)."""
+    def place(self, replica) -> Place:
+        """Its state (ALIVE, RESTARTING, DEAD, ...), node and restarts (engines.actor_place)."""
 
     def stop(self, replica) -> None:
         """Stop the replica and free what it holds."""
@@ -113,9 +114,9 @@ class EnginePool:
         for replica in ref.replicas if ref else []:
             self.placement.stop(replica)
 
-    def states(self, refs: list[EngineRef]) -> dict:
-        """Actor id -> state of every replica of `refs`."""
-        return {r._actor_id: self.placement.state(r) for ref in refs for r in ref.replicas}
+    def places(self, refs: list[EngineRef]) -> dict:
+        """Actor id -> Place (state, node, restarts) of every replica of `refs`."""
+        return {r._actor_id: self.placement.place(r) for ref in refs for r in ref.replicas}
 
 
 class RayPlacement:
@@ -159,10 +160,10 @@ class RayPlacement:
                 out.append(exc)
         return out
 
-    def state(self, replica) -> str:
-        from handoff.sweep.engines import actor_state
+    def place(self, replica) -> Place:
+        from handoff.sweep.engines import actor_place
 
-        return actor_state(replica)
+        return actor_place(replica)
 
     def stop(self, replica) -> None:
         import ray

@@ -318,8 +318,8 @@ class Placement:
                 out.append(None)
         return out
 
-    def state(self, replica: Replica) -> str:
-        return replica.state
+    def place(self, replica: Replica) -> Place:
+        return replica.place
 
     def stop(self, replica: Replica) -> None:
         replica.set_state("DEAD")

@@ -31,8 +31,8 @@ class States:
     def __init__(self, states: dict):
         self.states = states
 
-    def state(self, replica) -> str:
-        return self.states[replica._actor_id]
+    def place(self, replica) -> Place:
+        return Place(self.states[replica._actor_id])
 
 
 class Placement:

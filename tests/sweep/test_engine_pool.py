@@ -9,6 +9,7 @@ import pytest
 import handoff  # noqa: F401
 from handoff.sweep.config import checkpoints, user_checkpoint, validate
 from handoff.sweep.driver import Driver, ShardState
+from handoff.sweep.failures import Place
 from handoff.sweep.plan import Shard
 from handoff.sweep.pool import EnginePool, EngineStartError
 from handoff.sweep.run import compose
@@ -37,8 +38,8 @@ class FakePlacement:
     def await_ready(self, replicas, timeout_s):
         return [self.outcome.get(r._actor_id) for r in replicas]
 
-    def state(self, replica):
-        return "DEAD" if replica._actor_id in self.stopped else "ALIVE"
+    def place(self, replica):
+        return Place("DEAD" if replica._actor_id in self.stopped else "ALIVE")
 
     def stop(self, replica):
         self.stopped.append(replica._actor_id)

@@ -135,3 +135,13 @@ def test_a_partial_outage_credits_its_waiting_episodes_at_most_the_load_timeout(
     for now in range(0, 400, 2):
         waits.credit([episode], {"b"}, float(now), paused=now >= 300)
     assert episode.started == 100.0 and episode.waited_s == 100.0
+
+
+def test_a_replica_that_restarted_between_two_looks_counts_as_seen_down():
+    """Never seen down (RESTARTING for less than a look), but its restart count rose: its episodes get
+    the time since the last look and the node-detection allowance back; the others nothing."""
+    waits = ReplicaWaits(timeout_s=100)
+    uses, other = (SimpleNamespace(replicas={r}, started=0.0, waited_s=0.0, waiting=False) for r in ("b", "c"))
+    waits.credit([uses, other], set(), 40.0, paused=False, restarts={"b": 0, "c": 0})
+    waits.credit([uses, other], set(), 42.0, paused=False, restarts={"b": 1, "c": 0})
+    assert uses.started == 2.0 + ReplicaWaits.DETECTION_S and other.started == 0.0

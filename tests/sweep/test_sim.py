@@ -157,3 +157,24 @@ def test_seed_766_an_unloadable_checkpoint_on_a_slot_lost_for_good_does_not_hang
     assert outcome.failed == {"s0": ShardFailure.INFRASTRUCTURE, "s2": ShardFailure.INFRASTRUCTURE}
     monkeypatch.setattr(Rolling, "stranded", _old_stranded)
     assert [v.split(":")[0] for v in sim.run(0, sched=_seed_766()).violations] == ["no hang"]
+
+
+def _seed_1186() -> Schedule:
+    """Seed 1186's schedule: one shard of four episodes (the last 109.7 s against episode_timeout_s=120),
+    two workers of two threads, one replica per engine set; the GPU node of one replica dies at t=27.1,
+    the GCS sees it at t=37.1, and a replacement node takes the replica back at once (t=38.1)."""
+    durations = [91.92, 6.64, 25.10, 109.74]
+    eps = [Episode(model=sim.MODEL, step=0, domain="airline", task_id=str(i), trial=0, seed=1) for i in range(4)]
+    shards = [Shard(id="s0", model=sim.MODEL, domain="airline", trial=0, episodes=eps)]
+    return Schedule(1186, 2, 2, 1, shards, {ep.key: EpisodeSpec(d) for ep, d in zip(eps, durations)},
+                    [Fault(27.12, "gpu_node", 3, back_s=5.0), Fault(76.06, "worker_crash", 4, restart_s=NEVER)],
+                    load_s=[1.0] * 6)
+
+
+def test_seed_1186_a_replica_down_between_two_looks_is_not_charged_to_its_episodes():
+    """Found by the simulator (seed 1186, 'no charge for infrastructure'): the replica was RESTARTING for
+    1 s only, between two of the driver's looks (every 2 s), so ReplicaWaits never saw its episodes
+    wait the 11 s the node's loss took; the 109.7 s episode ran over episode_timeout_s and was charged.
+    Now a replica whose restart count rose since the last look counts as seen down."""
+    outcome = sim.run(0, sched=_seed_1186())
+    assert outcome.violations == [] and outcome.charged == [] and outcome.done == ["s0"]
