@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 
 class Clock(Protocol):

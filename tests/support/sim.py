@@ -90,7 +90,7 @@ class Method:
 
 
 class Actor:
-    def __init__(self, sim: "Sim", node: str, max_restarts: int):
+    def __init__(self, sim: Sim, node: str, max_restarts: int):
         self.sim, self._actor_id = sim, next(sim.ids)
         self.state, self.node, self.restarts, self.max_restarts = "ALIVE", node, 0, max_restarts
 
@@ -125,7 +125,7 @@ class Actor:
 
 
 class Worker(Actor):
-    def __init__(self, sim: "Sim", node: str):
+    def __init__(self, sim: Sim, node: str):
         super().__init__(sim, node, max_restarts=-1)
         self.runs: list[Run] = []
         self.run = Method(self._run)
@@ -150,7 +150,7 @@ class Worker(Actor):
 
 
 class Replica(Actor):
-    def __init__(self, sim: "Sim", node: str, load_s: float, fails: bool, max_restarts: int):
+    def __init__(self, sim: Sim, node: str, load_s: float, fails: bool, max_restarts: int):
         super().__init__(sim, node, max_restarts)
         self.load_s, self.fails = load_s, fails
         self.served = Method(lambda: Ref(True, {}))
@@ -183,7 +183,7 @@ class Node:
 class Run:
     """One episode running on a worker: `duration` seconds while its replicas serve."""
 
-    def __init__(self, sim: "Sim", ep: Episode, worker: Worker, agent, user, ref: Ref):
+    def __init__(self, sim: Sim, ep: Episode, worker: Worker, agent, user, ref: Ref):
         self.sim, self.ep, self.worker, self.ref = sim, ep, worker, ref
         self.spec = sim.schedule.episodes[ep.key]
         self.replicas = [r for r in (_routed(ep, agent), _routed(ep, user)) if r is not None] if agent.replicas \
@@ -275,7 +275,7 @@ def _unavailable(why: str) -> BaseException:
 
 
 class ActorClass:
-    def __init__(self, sim: "Sim"):
+    def __init__(self, sim: Sim):
         self.sim = sim
 
     def options(self, **_):
@@ -299,7 +299,7 @@ class Context:
 class Placement:
     """The engine pool's placement on the simulated GPU nodes."""
 
-    def __init__(self, sim: "Sim"):
+    def __init__(self, sim: Sim):
         self.sim = sim
 
     def start(self, ck, role: str) -> Replica:

@@ -20,7 +20,7 @@ from handoff.sweep.rundir import SweepRun
 
 
 class Call:
-    def __init__(self, worker: "Worker"):
+    def __init__(self, worker: Worker):
         self.worker = worker
 
     def remote(self, *args):
@@ -50,7 +50,6 @@ class Transport:
     def get(self, refs, timeout=None):
         if any(not r.placed for r in (refs if isinstance(refs, list) else [refs])):
             raise rx.GetTimeoutError("Get timed out: some object(s) not ready.")
-        return None
 
     def kill(self, handle):
         self.killed.append(handle)

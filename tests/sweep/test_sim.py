@@ -7,15 +7,13 @@ episode's shard failed for it alone, and a fault-free schedule finished with no 
 
 from __future__ import annotations
 
-import pytest
-
 import handoff  # noqa: F401
 from handoff.sweep import failures, policy
 from handoff.sweep.driver import Driver
-from handoff.sweep.schedule import Rolling
-from handoff.sweep.worker import EngineRef
 from handoff.sweep.failures import ShardFailure
 from handoff.sweep.plan import Episode, Shard
+from handoff.sweep.schedule import Rolling
+from handoff.sweep.worker import EngineRef
 from tests.support import sim
 from tests.support.sim import NEVER, EpisodeSpec, Fault, Schedule
 
