@@ -420,6 +420,9 @@ class Driver:
             if loads:
                 placement.check_load_timeouts()
             if not self.clocks.paused:  # a pause does not count against the episodes' time
+                if self._overdue_unseen(inflight, live):
+                    live = None  # look at the cluster first: a replica seen down now credits its episodes
+                    continue
                 for ref, item in list(inflight.items()):
                     if clock.monotonic() - item.started > self.cfg.episode_timeout_s:
                         self.ray.cancel(ref)  # its episode stops, and its engine requests (recursive)
@@ -429,6 +432,12 @@ class Driver:
                         self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"),
                                      placement, bar)
         bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
+
+    def _overdue_unseen(self, inflight: dict, live: Live | None) -> bool:
+        """Whether an episode ran over episode_timeout_s since the last look at the cluster (None: a
+        look is due), which may find the replica it waits for down, and credit it."""
+        checked = -math.inf if live is None else live.checked
+        return any(checked < item.started + self.cfg.episode_timeout_s < clock.monotonic() for item in inflight.values())
 
     def _release(self, item: Inflight) -> None:
         self.load[item.worker] -= 1

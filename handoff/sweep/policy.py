@@ -149,7 +149,7 @@ class ReplicaWaits:
     replacement, up to `timeout_s`, then fail as EngineUnavailableError, for free). Such an episode's
     clock stops while the replica is down: from the look that first saw it down (and DETECTION_S
     before) to the look that saw it back (its time is credited back look by look, `started` moved
-    on), at most `timeout_s` in all."""
+    on), at most `timeout_s` per outage."""
 
     # The GCS lists a dead node's actors ALIVE until the node's health checks fail (Ray's defaults: a
     # check every 3 s, dead after 5 failures): the look that first sees a replica down credits those
@@ -178,6 +178,8 @@ class ReplicaWaits:
                 self._give(item, elapsed)
             elif waits or bounced & item.replicas:  # first seen waiting: the node's death may have been seen late
                 self._give(item, min(self.DETECTION_S + (elapsed if not waits else 0.0), now - item.started))
+            if not waits:
+                item.waited_s = 0.0  # the outage is over: the next one gets its own timeout_s
             item.waiting = waits
 
     def _give(self, item, seconds: float) -> None:

@@ -176,3 +176,14 @@ def test_seed_1186_a_replica_down_between_two_looks_is_not_charged_to_its_episod
     Now a replica whose restart count rose since the last look counts as seen down."""
     outcome = sim.run(0, sched=_seed_1186())
     assert outcome.violations == [] and outcome.charged == [] and outcome.done == ["s0"]
+
+
+# Seeds of the current draw (sim.draw) that violated 'no charge for infrastructure' in the 100,000-schedule
+# bench on 02bda47, each under rolling with the user simulator's engines: an episode that waited on two
+# outages one after the other (the credit was capped at engine.load_timeout_s for its whole life, not per
+# outage), and one whose deadline passed before the driver's next look saw its replica down.
+BENCH_FOUND = (42220, 70542, 74003)
+
+
+def test_seeds_found_by_the_bench_stay_fixed():
+    assert {seed: sim.run(seed).violations for seed in BENCH_FOUND} == dict.fromkeys(BENCH_FOUND, [])
