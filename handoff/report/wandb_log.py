@@ -108,15 +108,21 @@ def run_name(run: RunDir, domain: str) -> str:
 
 
 def _put(out: dict, key: str, iv: Interval) -> None:
+    """The value, its interval and what it rests on: `n/<name>` (episodes; the positives of
+    precision and recall; turns, tasks where docs/metrics.md says so) and `n_tasks/<name>`."""
     if iv.value is not None:
         out[key] = iv.value
     for bound in ("lo", "hi"):
         if getattr(iv, bound) is not None:
             out[f"ci95/{key}/{bound}"] = getattr(iv, bound)
+    out[f"n/{key}"] = float(iv.n)
+    if iv.tasks is not None:
+        out[f"n_tasks/{key}"] = float(iv.tasks)
 
 
 def metric_values(m: Metrics) -> dict[str, float]:
-    """A history row's metrics: the value of each as `<name>`, its 95% interval as `ci95/<name>/lo|hi`."""
+    """A history row's metrics: the value of each as `<name>`, its 95% interval as `ci95/<name>/lo|hi`,
+    its counts as `n/<name>` and `n_tasks/<name>`."""
     out: dict[str, float] = {"n_episodes": float(m.n_episodes), "n_tasks": float(m.n_tasks)}
     for name in ("precision", "recall", "f1", "accuracy"):
         _put(out, f"handoff/{name}", getattr(m.handoff, name))
