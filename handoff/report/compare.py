@@ -185,7 +185,7 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
     for name, cs in cmp.sequences.items():
         interval = f"[{_num(cs.lo)}, {_num(cs.hi)}]"
         lines.append(f"{name:{width}} {'':>9} {'':>9} {_num(cs.estimate):>9}  {interval:>21}  {'':>16}  "
-                     f"{'yes' if cs.lo > 0 or cs.hi < 0 else 'no'}")
+                     f"{'yes' if not cs.crossed and (cs.lo > 0 or cs.hi < 0) else 'no'}")
     lines += [f"adaptive sweep, {tag}: {text}" for tag, text in cmp.decisions.items()]
     lines.append("")
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
