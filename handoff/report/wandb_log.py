@@ -30,7 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
-from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
+from handoff.report.adaptive import adaptive_result, in_rounds, scheduled_trials, wandb_summary
 from handoff.report.reducer import GroupMetrics, Reduction
 from handoff.report.transcripts import page, transcripts_of
 from handoff.rules.metrics import Interval, Metrics
@@ -186,16 +186,17 @@ def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], 
 
 def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row], list[tuple[str, str]]]:
     """The rows of one domain whose place in the history is final, and the checkpoints held back
-    (with the incomplete checkpoint each waits for)."""
+    (with the incomplete checkpoint each waits for). A checkpoint an unfinished adaptive sweep may
+    still give rounds is incomplete, whatever shards it has."""
     ckpts, plan = _planned(run, reduction)
-    done = set(reduction.shards)
+    done, unsettled = set(reduction.shards), in_rounds(run)
     groups = {g.model: g for g in reduction.slices() if g.domain == domain}
     rows: list[Row] = []
     for i, (name, step) in enumerate(ckpts):
         planned = plan.get((name, domain))
         if plan and planned is None:  # planned in other domains only (an imported file): not this history's
             continue
-        complete = name in groups and (planned is None or planned <= done)
+        complete = name in groups and (planned is None or planned <= done) and name not in unsettled
         if not complete:
             return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]
         rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),
