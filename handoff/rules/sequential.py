@@ -49,9 +49,14 @@ GRID = 4001
 EpisodeKey = tuple[str, str, int]  # (domain, task id, trial)
 Value = Callable[[EpisodeScore], float | None]  # an episode's metric in [0, 1]; None: not counted
 
+COUNTED_BY_LABEL: dict[str, Callable[[bool], bool]] = {"handoff_recall": lambda should_transfer: should_transfer}
+"""The metrics that count only the episodes of some task labels: which (by the label's should_transfer).
+The others count every episode."""
+
 METRICS: dict[str, Value] = {
     "handoff_accuracy": lambda s: float(s.correct_handoff),
-    "handoff_recall": lambda s: float(s.transferred) if s.label.should_transfer else None,
+    "handoff_recall": lambda s: float(s.transferred) if COUNTED_BY_LABEL["handoff_recall"](s.label.should_transfer)
+    else None,
     "tau2_success": lambda s: float(is_successful(s.tau2_reward or 0.0)),
     "tau2_reward": lambda s: s.tau2_reward or 0.0,
 }
