@@ -54,3 +54,15 @@ def test_a_comparison_resting_on_few_tasks_prints_too_few_tasks(tmp_path, capsys
     row = next(line for line in table.splitlines() if line.startswith("handoff_recall "))
     assert "too few tasks" in row and f"{recall['n_tasks']}t {recall['n_tasks']}/{recall['n_tasks']}pos" in row
     assert row.endswith(" no") and "sign test p = " in table
+
+
+def test_two_identical_agents_are_not_told_apart(tmp_path, capsys):
+    """Issue 46: identical agents got at least one "significant" in 52% of comparisons. The same
+    behaviour under two names (their own draws) over 20 tasks x 2 trials: no primary metric flagged."""
+    same = Behavior(correct_handoff=0.8, success=0.5)
+    run = write_run(tmp_path / "run", {"a": (1, same), "b": (2, same)}, sample_tasks(4, ("airline",)), trials=2)
+    assert main(["compare", str(run), "--a", "a", "--b", "b", "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    assert cmp["result"]["n_tasks"] == 20 and set(cmp["primary"]) == set(cmp["p_holm"])
+    assert not any(cmp["significant"][name] for name in cmp["primary"])
+    assert all(cmp["result"]["metrics"][name]["p"] is not None for name in ("handoff_accuracy", "tau2_reward"))
