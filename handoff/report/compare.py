@@ -20,7 +20,6 @@ from handoff.rules.sequential import METRICS, SequenceBound, confidence_sequence
 from handoff.rundir import RunDir, RunDirError
 from handoff.scoring import Scorer
 
-
 PRIMARY = ("handoff_accuracy", "handoff_recall", "handoff_precision", "tau2_reward")
 ALPHA = 0.05
 
@@ -176,11 +175,11 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
                if cmp.side_a.scoring != cmp.side_b.scoring else []),
              "", f"primary metrics (significant: Holm-adjusted p < {ALPHA:g} over these {len(cmp.primary)}):", head,
              *(_row(cmp, name, width) for name in cmp.primary),
-             "", "exploratory metrics (each interval on its own, not corrected for their number: "
-             "a (yes) is a lead, not a finding):", head,
+             "", ("exploratory metrics (each interval on its own, not corrected for their number: "
+                  "a (yes) is a lead, not a finding):"), head,
              *(_row(cmp, name, width) for name in r.metrics if name not in cmp.primary),
-             f"(too few tasks: under {MIN_TASKS} tasks, or under {MIN_VARYING_TASKS} whose episodes differ; "
-             "n: tasks, then episodes counted in A/B, positives for precision and recall)"]
+             (f"(too few tasks: under {MIN_TASKS} tasks, or under {MIN_VARYING_TASKS} whose episodes differ; "
+              "n: tasks, then episodes counted in A/B, positives for precision and recall)")]
     lines += ["", "anytime-valid (a confidence sequence over the shared trials, docs/metrics.md):"]
     for name, cs in cmp.sequences.items():
         interval = f"[{_num(cs.lo)}, {_num(cs.hi)}]"

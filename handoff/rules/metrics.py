@@ -20,8 +20,15 @@ from pydantic import BaseModel
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 
 from handoff.rules.events import FormatKind
-from handoff.rules.intervals import (MIN_TASKS, MIN_VARYING_TASKS, cr1_variance, linearised, ratio_interval,
-                                     t_interval, t_quantile)
+from handoff.rules.intervals import (
+    MIN_TASKS,
+    MIN_VARYING_TASKS,
+    cr1_variance,
+    linearised,
+    ratio_interval,
+    t_interval,
+    t_quantile,
+)
 from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
 from handoff.rules.violations import RuleId

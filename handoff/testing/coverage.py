@@ -67,8 +67,8 @@ class Tally:
         if lo is None or hi is None:
             return
         self.given += 1
-        self.covered += lo <= truth <= hi
-        self.zero_width += hi == lo
+        self.covered += int(lo <= truth <= hi)
+        self.zero_width += int(hi == lo)
 
     @property
     def coverage(self) -> float | None:
