@@ -19,6 +19,8 @@ from scipy import stats
 CONFIDENCE = 0.95
 MIN_TASKS = 8  # a paired comparison of fewer tasks prints "too few tasks" (docs/metrics.md)
 MIN_VARYING_TASKS = 2  # nor one resting on fewer tasks whose counted episodes differ
+PRIOR_ICC = 0.5  # tau2 episodes' intra-task correlation on published trajectories: 0.4-0.5
+PRIOR_WEIGHT = 8.0  # outcomes of the rarer kind that weigh as much as the prior ICC
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
@@ -36,6 +38,24 @@ def cr1_variance(z: np.ndarray) -> float:
     """J / (J - 1) sum z_j^2 over J >= 2 tasks' centred influences."""
     tasks = len(z)
     return tasks / (tasks - 1) * float(np.square(z).sum())
+
+
+def design_effect(k: np.ndarray, n: np.ndarray) -> float:
+    """The design effect 1 + (m - 1) rho of a share sum(k) / sum(n) clustered in tasks, m = sum(n^2) /
+    sum(n) the size-weighted trials per task. rho is the data's intra-task correlation,
+    (v / binomial - 1) / (m - 1) (v the CR1 variance, at least 0), shrunk toward PRIOR_ICC with
+    the weight of PRIOR_WEIGHT outcomes against the E = min(successes, failures) the data hold: with
+    few of the rarer outcome the correlation cannot be seen (0 successes have no spread; 1 cannot
+    show a cluster), so the prior decides; with many, the data. Continuous in the counts, and the
+    interval grows with them (tests/rules/test_clustered_intervals.py)."""
+    total_k, total_n = float(k.sum()), float(n.sum())
+    size = float(np.square(n).sum()) / total_n
+    p = total_k / total_n
+    binomial = p * (1 - p) / total_n
+    observed = max(0.0, (cr1_variance(linearised(k, n)) / binomial - 1) / (size - 1)) if binomial else 0.0
+    rarer = min(total_k, total_n - total_k)
+    icc = (rarer * observed + PRIOR_WEIGHT * PRIOR_ICC) / (rarer + PRIOR_WEIGHT)
+    return 1 + (size - 1) * icc
 
 
 def t_interval(estimate: float, variance: float, tasks: int) -> tuple[float, float, float]:

@@ -24,6 +24,7 @@ from handoff.rules.intervals import (
     MIN_TASKS,
     MIN_VARYING_TASKS,
     cr1_variance,
+    design_effect,
     linearised,
     ratio_interval,
     t_interval,
@@ -151,10 +152,11 @@ def clustered_wilson(k: Sequence[float], n: Sequence[float], z: float = Z95) -> 
     """sum(k) / sum(n) for k[j] of n[j] in task j (k[j] may be a sum of values in [0, 1]), with a
     Wilson interval that respects tasks. With one trial per task it is plain Wilson. Otherwise it is
     Wilson at the effective sample size sum(n) / deff with t on J - 1 degrees of freedom in place of
-    z (Korn & Graubard 1998), deff = max(1, v / (p(1 - p) / sum(n))) the design effect, v the
-    cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 / sum(n)^2 of the J tasks (the sandwich
-    variance of an intercept-only regression clustered by task, CR1). deff is continuous in the counts
-    (it tends to 1 as the count tends to 0 or sum(n)); one task gives no interval."""
+    z (Korn & Graubard 1998), deff the design effect of handoff.rules.intervals.design_effect: the
+    intra-task correlation that the cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 /
+    sum(n)^2 of the J tasks shows (the sandwich variance of an intercept-only regression clustered by
+    task, CR1), shrunk toward tau2's 0.5 while the rarer outcome is scarce. Continuous in the counts;
+    one task gives no interval."""
     ks, ns = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     ks, ns = ks[ns > 0], ns[ns > 0]
     total_k, total_n, tasks = float(ks.sum()), float(ns.sum()), len(ns)
@@ -165,9 +167,7 @@ def clustered_wilson(k: Sequence[float], n: Sequence[float], z: float = Z95) -> 
         return _bounded(p, total_k, total_n, _wilson_at(p, total_n, z), tasks)
     if tasks == 1:
         return Interval(value=p, lo=None, hi=None, n=_count(total_n) or 0, k=_count(total_k), tasks=1)
-    binomial = p * (1 - p) / total_n
-    variance = cr1_variance(linearised(ks, ns))
-    deff = max(1.0, variance / binomial) if binomial > 0 else 1.0
+    deff = design_effect(ks, ns)
     return _bounded(p, total_k, total_n, _wilson_at(p, total_n / deff, t_quantile(tasks - 1)), tasks)
 
 
