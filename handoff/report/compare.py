@@ -180,10 +180,10 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
              *(_row(cmp, name, width) for name in r.metrics if name not in cmp.primary),
              (f"(too few tasks: under {MIN_TASKS} tasks, or under {MIN_VARYING_TASKS} whose episodes differ; "
               "n: tasks, then episodes counted in A/B, positives for precision and recall)")]
-    lines += ["", "anytime-valid (a confidence sequence over the shared trials, docs/metrics.md):"]
+    lines += ["", "anytime-valid (a confidence sequence over the shared trials, docs/metrics.md; n: task-rounds):"]
     for name, cs in cmp.sequences.items():
         interval = f"[{_num(cs.lo)}, {_num(cs.hi)}]"
-        lines.append(f"{name:{width}} {'':>9} {'':>9} {_num(cs.estimate):>9}  {interval:>21}  {'':>16}  "
+        lines.append(f"{name:{width}} {'':>9} {'':>9} {_num(cs.estimate):>9}  {interval:>21}  {f'{cs.n} obs':>16}  "
                      f"{'yes' if not cs.crossed and (cs.lo > 0 or cs.hi < 0) else 'no'}")
     lines += [f"adaptive sweep, {tag}: {text}" for tag, text in cmp.decisions.items()]
     lines.append("")
