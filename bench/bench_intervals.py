@@ -145,7 +145,7 @@ def paired(design: Design, runs: int, seed: int) -> dict:
     for _ in range(runs):
         hits_a, hits_b, trials = design.paired(rng)
         forced = bool(np.all(hits_a == hits_b))
-        new = paired_interval(hits_a, trials, hits_b, trials, varying_tasks(hits_a, hits_b, trials))
+        new = paired_interval(hits_a, trials, hits_b, trials, varying_tasks(hits_a, hits_b))
         for name, (lo, hi) in (("new_paired_t", (new.lo, new.hi)),
                                ("old_paired_bootstrap", old_paired(hits_a, trials, hits_b, trials)),
                                ("paired_wald", paired_wald(hits_a, trials, hits_b, trials))):

@@ -178,7 +178,7 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
              "", ("exploratory metrics (each interval on its own, not corrected for their number: "
                   "a (yes) is a lead, not a finding):"), head,
              *(_row(cmp, name, width) for name in r.metrics if name not in cmp.primary),
-             (f"(too few tasks: under {MIN_TASKS} tasks, or under {MIN_VARYING_TASKS} whose episodes differ; "
+             (f"(too few tasks: under {MIN_TASKS} tasks, or under {MIN_VARYING_TASKS} on which A and B differ; "
               "n: tasks, then episodes counted in A/B, positives for precision and recall)")]
     lines += ["", "anytime-valid (a confidence sequence over the shared trials, docs/metrics.md; n: task-rounds):"]
     for name, cs in cmp.sequences.items():

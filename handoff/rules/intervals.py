@@ -18,7 +18,7 @@ from scipy import stats
 
 CONFIDENCE = 0.95
 MIN_TASKS = 8  # a paired comparison of fewer tasks prints "too few tasks" (docs/metrics.md)
-MIN_VARYING_TASKS = 2  # nor one resting on fewer tasks whose counted episodes differ
+MIN_VARYING_TASKS = 2  # nor one resting on fewer tasks on which the two sides differ
 PRIOR_ICC = 0.5  # tau2 episodes' intra-task correlation on published trajectories: 0.4-0.5
 PRIOR_WEIGHT = 8.0  # outcomes of the rarer kind that weigh as much as the prior ICC
 

@@ -103,7 +103,7 @@ class Metrics(BaseModel):
 
 class Difference(BaseModel):
     """A - B of one metric. `n_tasks`: the shared tasks where it counts an episode on either side;
-    `n_varying_tasks`: those whose counted episodes (A's and B's together) differ; `n_episodes_a/b`:
+    `n_varying_tasks`: those on which A and B differ (their sums num, den on the task); `n_episodes_a/b`:
     the episodes it counts (for precision the transfers, for recall the should-transfer episodes:
     the positives). `too_few`: under MIN_TASKS tasks or MIN_VARYING_TASKS varying ones, no interval.
     `p`: the two-sided p-value of the paired t test of diff = 0."""
@@ -252,10 +252,6 @@ class _TaskArrays:
         den = np.array([math.fsum(p[1] for p in task) for task in pairs], dtype=float)
         return num, den
 
-    def values(self, ratio: Ratio) -> list[set[float]]:
-        """Per task, the distinct values num / den of its counted episodes (den > 0)."""
-        return [{n / d for n, d in map(ratio, trials) if d > 0} for trials in self.by_task.values()]
-
     def counted(self, ratio: Ratio) -> int:
         return sum(ratio(s)[1] > 0 for trials in self.by_task.values() for s in trials)
 
@@ -339,7 +335,7 @@ def handoff_ratios(scores: Sequence[EpisodeScore]) -> dict[str, Ratio]:
 
 def _difference(side_a: _TaskArrays, side_b: _TaskArrays, ratio: Ratio) -> Difference:
     (num_a, den_a), (num_b, den_b) = side_a.sums(ratio), side_b.sums(ratio)
-    varying = sum(len(va | vb) > 1 for va, vb in zip(side_a.values(ratio), side_b.values(ratio)))
+    varying = int(((num_a != num_b) | (den_a != den_b)).sum())  # discordant: A and B differ on the task
     counts = {"n_varying_tasks": varying, "n_episodes_a": side_a.counted(ratio), "n_episodes_b": side_b.counted(ratio)}
     return paired_interval(num_a, den_a, num_b, den_b, varying).model_copy(update=counts)
 
@@ -349,7 +345,7 @@ def paired_interval(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den
     """sum(num_a) / sum(den_a) - sum(num_b) / sum(den_b) over paired tasks (arrays in one task order)
     with the paired t interval of the per-task linearised differences on J - 1 degrees of freedom, J
     the tasks counting an episode on either side. Under MIN_TASKS such tasks or MIN_VARYING_TASKS
-    tasks whose episodes vary (`varying`), no interval and no p (too_few)."""
+    tasks on which A and B differ (`varying`), no interval and no p (too_few)."""
     a = float(num_a.sum() / den_a.sum()) if den_a.sum() else None
     b = float(num_b.sum() / den_b.sum()) if den_b.sum() else None
     counted = (den_a > 0) | (den_b > 0)

@@ -79,10 +79,9 @@ class Tally:
                 "given": round(self.given / self.runs, 3), "zero_width": self.zero_width}
 
 
-def varying_tasks(hits_a: np.ndarray, hits_b: np.ndarray, trials: np.ndarray) -> int:
-    """Tasks whose episodes, A's and B's together, are neither all hits nor all misses."""
-    pooled = hits_a + hits_b
-    return int(((pooled > 0) & (pooled < 2 * trials)).sum())
+def varying_tasks(hits_a: np.ndarray, hits_b: np.ndarray) -> int:
+    """Tasks on which A and B differ (the same trials on both sides: their hits differ)."""
+    return int((hits_a != hits_b).sum())
 
 
 def clustered_wilson_coverage(design: Design, runs: int, seed: int) -> Tally:
@@ -100,7 +99,7 @@ def paired_coverage(design: Design, runs: int, seed: int) -> tuple[Tally, int]:
     rng, tally, significant = np.random.default_rng(seed), Tally(), 0
     for _ in range(runs):
         hits_a, hits_b, trials = design.paired(rng)
-        d = paired_interval(hits_a, trials, hits_b, trials, varying_tasks(hits_a, hits_b, trials))
+        d = paired_interval(hits_a, trials, hits_b, trials, varying_tasks(hits_a, hits_b))
         tally.add(d.lo, d.hi, -design.shift)
         significant += d.lo is not None and (d.lo > 0 or d.hi < 0)
     return tally, significant

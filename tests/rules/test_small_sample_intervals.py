@@ -85,3 +85,13 @@ def test_holm_and_the_sign_test_match_textbook_values():
     assert adjusted == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06})
     assert sign_test(9, 1) == pytest.approx(2 * 11 / 1024)  # P(X <= 1) + P(X >= 9), X ~ Bin(10, 1/2)
     assert sign_test(0, 0) == 1.0
+
+
+def test_precision_under_task_labels_gets_an_interval():
+    """A task's label is the same for both sides, so its transfers are all right or all wrong: the
+    tasks that count are those where A and B differ (here the 10 where only B transferred, wrongly)."""
+    a = [score(str(i), i % 2 == 0, i % 2 == 0, trial=t) for i in range(20) for t in range(2)]
+    b = [score(str(i), True, i % 2 == 0, trial=t) for i in range(20) for t in range(2)]
+    precision = paired_difference(a, b).metrics["handoff_precision"]
+    assert (precision.a, precision.b, precision.n_tasks, precision.n_varying_tasks) == (1.0, 0.5, 20, 10)
+    assert not precision.too_few and 0 < precision.lo < 0.5 < precision.hi
