@@ -192,8 +192,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                      *(_headline_cell(name, pick(m), checkpoint=model, domain=domain, **f)
                        for name, (pick, f) in HEADLINE.items())]
                     for model, step, domain, m in _slices(reduction)])
-    lines += ["Precision and recall rest on the positives shown (`pos`: the transfers, the episodes that should "
-              "transfer); a value without an interval rests on one task (docs/metrics.md).", ""]
+    lines += [("Precision and recall rest on the positives shown (`pos`: the transfers, the episodes that should "
+               "transfer); a value without an interval rests on one task (docs/metrics.md)."), ""]
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
     lines += _reachable_tau2_table(reduction)

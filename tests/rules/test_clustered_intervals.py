@@ -6,10 +6,10 @@ interval from one task, and a coverage that Wilson over episodes lacks when tria
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
-
 from scipy import stats
 
 from handoff.rules.metrics import clustered_wilson, compute_metrics, wilson
@@ -75,7 +75,7 @@ def test_the_interval_grows_with_the_count(tasks, trials):
         for i in range(tasks * trials):
             ks[order(i)] += 1
             ends.append(_ends(ks, trials))
-        assert all(a[0] <= b[0] + 1e-12 and a[1] <= b[1] + 1e-12 for a, b in zip(ends, ends[1:]))
+        assert all(a[0] <= b[0] + 1e-12 and a[1] <= b[1] + 1e-12 for a, b in pairwise(ends))
     zero, one = _ends(np.zeros(tasks), trials), _ends(np.r_[1.0, np.zeros(tasks - 1)], trials)
     assert zero[0] == 0.0 < one[0] and zero[1] <= one[1]
 
