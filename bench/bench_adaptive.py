@@ -88,9 +88,10 @@ def summarize(accuracy: dict[str, float], runs: list[dict], tasks, args) -> dict
             "seeds_over_a_third": sum(e > fixed / 3 for e in spent),
             "decided_at_round": _counts(r["verdicts"][c].round for r in runs
                                         if r["verdicts"][c].status in ("tied", "worse")),
-            "false_decision_rate": (sum(s != "worse" for s in statuses) if truly_worse
+            # a false decision: best or tied though truly worse, worse though not (undecided decides nothing)
+            "false_decision_rate": (sum(s in ("best", "tied") for s in statuses) if truly_worse
                                     else sum(s == "worse" for s in statuses)) / len(runs),
-            "kept_though_worse_rate": sum(s in ("best", "tied") for s in statuses) / len(runs) if truly_worse else None,
+            "undecided_rate": statuses.count("undecided") / len(runs),
             "sequence_missed_rate": sum(r["missed"][c] for r in runs) / len(runs),
         }
     spent_all = sum(r["verdicts"][c].episodes for r in runs for c in accuracy) / len(runs)

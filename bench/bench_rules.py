@@ -8,7 +8,8 @@ as EpisodeRecords hold them, and cycled up to --episodes. Timed (time.process_ti
 
 - load: Trajectory.from_simulation on the dict (normalization);
 - score: score_episode (transferred, all violation rules, format errors, reward);
-- metrics: compute_metrics over all scores (1,000 bootstrap resamples).
+- metrics: compute_metrics over all scores (t and clustered Wilson intervals over tasks; a bootstrap
+  of 1,000 resamples before issue 46).
 
     python -m bench.bench_rules [--episodes 10000] [--tasks 20] [--out results.json]
 """

@@ -1,7 +1,8 @@
-"""`handoff compare RUN_A [RUN_B]`: paired differences (A - B) with 95% intervals and significance
-for every headline metric, on the tasks both sides ran, then the tasks whose hand-off correctness or
-tau2 success flipped (--html PAGE: their transcripts side by side). With one run, name two of its
-checkpoints with --a and --b."""
+"""`handoff compare RUN_A [RUN_B]`: paired differences (A - B) with 95% intervals (paired t over the
+tasks both sides ran; "too few tasks" under 8) and the tasks and episodes each rests on; four primary
+metrics significant after Holm's correction, the rest exploratory; then the tasks whose hand-off
+correctness or tau2 success flipped, with a sign test (--html PAGE: their transcripts side by side).
+With one run, name two of its checkpoints with --a and --b."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ class CheckpointDecision(BaseModel):
     status: Status
     mean: float | None
     vs_best: SequenceBound | None
+    against: str | None = None  # the best its vs_best was measured against (a tie was with it, not the final best)
     round: int
     episodes_at_decision: int
     episodes: int  # run in all (the episodes of the rounds it was given)
@@ -73,7 +74,8 @@ def adaptive_result(run: RunDir) -> AdaptiveResult | None:
         if shard["trial"] < trials.get(shard["model"], 0) and run.shard_path(shard["id"]).is_file():
             ran[shard["model"]] += len(shard["episodes"])
     verdicts = rounds[-1].verdicts if rounds else {}
-    decisions = {name: CheckpointDecision(status=v.status, mean=v.mean, vs_best=v.vs_best, round=v.round,
+    decisions = {name: CheckpointDecision(status=v.status, mean=v.mean, vs_best=v.vs_best, against=v.against,
+                                          round=v.round,
                                           episodes_at_decision=v.episodes, episodes=ran.get(name, 0),
                                           fixed_episodes=planned.get(name, 0))
                  for name, v in verdicts.items()}
@@ -83,6 +85,19 @@ def adaptive_result(run: RunDir) -> AdaptiveResult | None:
         finished=finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"])),
         tie_set=[n for n, d in decisions.items() if d.status != "worse"],
         episodes=sum(ran.values()), fixed_episodes=sum(planned.values()), checkpoints=decisions)
+
+
+def in_rounds(run: RunDir) -> set[str]:
+    """The checkpoints an unfinished adaptive sweep may still give episodes (best or undecided after
+    the last decided round; all before the first): their metrics are not final."""
+    cfg = run.config.get("adaptive") or {}
+    if not cfg.get("enabled"):
+        return set()
+    rounds = recorded_rounds(run.manifest)
+    if finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"])):
+        return set()
+    names = {s["model"] for s in run.manifest.shards}
+    return names if not rounds else {n for n in names if rounds[-1].verdicts[n].status in ("best", "undecided")}
 
 
 def scheduled_trials(run: RunDir) -> dict[str, int] | None:
@@ -114,23 +129,37 @@ def write_adaptive(run: RunDir) -> AdaptiveResult | None:
     return result
 
 
+def guarantee(result: AdaptiveResult) -> str:
+    """What the verdicts and the tie set promise (docs/sweep.md, "What a decision guarantees")."""
+    alpha = f"{1 - result.confidence:g}"
+    return (f"Each checkpoint's verdict is wrong with probability at most {alpha} (`worse` though truly within "
+            f"{result.margin:g} of the best it was measured against, or `tied` though truly more than "
+            f"{result.margin:g} below it); the tie set holds a *unique* best checkpoint with probability at least "
+            f"{result.confidence:g}. With several equally good checkpoints each may be dropped at {alpha}, so "
+            "one of them is missing from the set more often than that. `tied` and `worse` are against the best "
+            "of their round (`against`), which need not be the final best.")
+
+
 def markdown_lines(result: AdaptiveResult) -> list[str]:
-    """The report's section: the tie set, then a row per checkpoint."""
+    """The report's section: the tie set, what it guarantees, then a row per checkpoint."""
     spent = f"{result.episodes} episodes of the fixed design's {result.fixed_episodes}"
     lines = ["## Adaptive decisions", "",
              f"Best checkpoints (the tie set: not shown worse than the best by more than {result.margin:g} in "
              f"{result.metric}, anytime-valid at confidence {result.confidence:g}): "
              f"**{', '.join(result.tie_set) or 'none'}**. {result.rounds} round(s) of {result.round_trials} "
              f"trial(s), {spent}" + ("" if result.finished else "; the rounds are not finished (resume the sweep)")
-             + ". Checkpoints within the margin of each other may need the whole budget to be told apart.", ""]
-    header = ["checkpoint", "status", result.metric, f"{result.metric} - best (CS)", "decided at round",
+             + ". Checkpoints within the margin of each other may need the whole budget to be told apart.", "",
+             guarantee(result), ""]
+    header = ["checkpoint", "status", result.metric, f"{result.metric} - best (CS)", "against", "decided at round",
               "episodes at decision", "episodes", "fixed design"]
     rows = []
     for name, d in result.checkpoints.items():
         cs = "" if d.vs_best is None else f"{d.vs_best.estimate:+.3f} [{d.vs_best.lo:+.3f}, {d.vs_best.hi:+.3f}]"
+        cs += " (ends crossed)" if d.vs_best is not None and d.vs_best.crossed else ""
         decided = d.round if d.status in ("tied", "worse") else ""
         mean = "n/a" if d.mean is None else f"{d.mean:.3f}"
-        rows.append([name, d.status, mean, cs, decided, d.episodes_at_decision, d.episodes, d.fixed_episodes])
+        rows.append([name, d.status, mean, cs, d.against or "", decided, d.episodes_at_decision, d.episodes,
+                     d.fixed_episodes])
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return lines + [""]
@@ -141,5 +170,5 @@ def wandb_summary(result: AdaptiveResult) -> dict:
            "adaptive/fixed_episodes": result.fixed_episodes, "adaptive/rounds": result.rounds}
     for name, d in result.checkpoints.items():
         out |= {f"adaptive/{name}/status": d.status, f"adaptive/{name}/round": d.round,
-                f"adaptive/{name}/episodes": d.episodes}
+                f"adaptive/{name}/episodes": d.episodes, f"adaptive/{name}/against": d.against or ""}
     return out

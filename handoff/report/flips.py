@@ -8,6 +8,8 @@ counts as successful differs, and on hand-off correctness under the episode labe
 (`handoff_episode`: the task's label, or 1 after a user request). With one trial per task:
 correct in one, not in the other. A flip is
 "better in A" when A's share is the higher. Each flip lists every trial's outcome on both sides.
+Beside each kind's counts, the two-sided exact sign test of "better in A" against "better in B"
+(ties, the tasks that did not flip, left out).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from handoff.records import write_atomic
 from handoff.report.reducer import score_run
 from handoff.report.transcripts import page, transcripts_of
 from handoff.rules import EpisodeScore
+from handoff.rules.intervals import sign_test
 from handoff.rundir import RunDir
 from handoff.scoring import Scorer
 
@@ -102,8 +105,9 @@ def summary(flips: list[Flip], where: str) -> list[str]:
     for kind, title in TITLES.items():
         of_kind = [f for f in flips if f.kind == kind]
         better_a = sum(f.better == "A" for f in of_kind)
-        lines.append(f"Flips in {title}: {len(of_kind)} tasks ({better_a} better in A, "
-                     f"{len(of_kind) - better_a} better in B)")
+        better_b = len(of_kind) - better_a
+        lines.append(f"Flips in {title}: {len(of_kind)} tasks ({better_a} better in A, {better_b} better in B; "
+                     f"sign test p = {sign_test(better_a, better_b):.3g})")
         for f in of_kind[:SHOWN]:
             lines.append(f"  {f.domain} {f.task_id} ({f.rule}): A {_outcomes(f.a, kind)} | B {_outcomes(f.b, kind)}")
         if len(of_kind) > SHOWN:

@@ -78,6 +78,12 @@ def _cell(iv: Interval | None, digits: int = 3, **filters) -> str:
     return fmt(iv) if iv is None or iv.value is None else linked(fmt(iv, digits), **filters)
 
 
+def _headline_cell(name: str, iv: Interval | None, **filters) -> str:
+    """A headline cell; precision's and recall's with the positives they rest on."""
+    cell = _cell(iv, **filters)
+    return f"{cell} ({iv.n} pos)" if name in ("precision", "recall") and iv is not None else cell
+
+
 def _any_or(field: str, key: str) -> dict:
     return {field: "any" if key == ANY else key}
 
@@ -181,10 +187,13 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
              f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
              *imported(run.manifest.imported), "## Headline metrics", ""]
-    lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
-                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
-                     *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
+    lines += table(["checkpoint", "step", "domain", "episodes", "tasks", *HEADLINE],
+                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain), m.n_tasks,
+                     *(_headline_cell(name, pick(m), checkpoint=model, domain=domain, **f)
+                       for name, (pick, f) in HEADLINE.items())]
                     for model, step, domain, m in _slices(reduction)])
+    lines += [("Precision and recall rest on the positives shown (`pos`: the transfers, the episodes that should "
+               "transfer); a value without an interval rests on one task (docs/metrics.md)."), ""]
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
     lines += _reachable_tau2_table(reduction)

@@ -30,7 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from handoff.records import write_atomic
-from handoff.report.adaptive import adaptive_result, scheduled_trials, wandb_summary
+from handoff.report.adaptive import adaptive_result, in_rounds, scheduled_trials, wandb_summary
 from handoff.report.reducer import GroupMetrics, Reduction
 from handoff.report.transcripts import page, transcripts_of
 from handoff.rules.metrics import Interval, Metrics
@@ -108,15 +108,21 @@ def run_name(run: RunDir, domain: str) -> str:
 
 
 def _put(out: dict, key: str, iv: Interval) -> None:
+    """The value, its interval and what it rests on: `n/<name>` (episodes; the positives of
+    precision and recall; turns, tasks where docs/metrics.md says so) and `n_tasks/<name>`."""
     if iv.value is not None:
         out[key] = iv.value
     for bound in ("lo", "hi"):
         if getattr(iv, bound) is not None:
             out[f"ci95/{key}/{bound}"] = getattr(iv, bound)
+    out[f"n/{key}"] = float(iv.n)
+    if iv.tasks is not None:
+        out[f"n_tasks/{key}"] = float(iv.tasks)
 
 
 def metric_values(m: Metrics) -> dict[str, float]:
-    """A history row's metrics: the value of each as `<name>`, its 95% interval as `ci95/<name>/lo|hi`."""
+    """A history row's metrics: the value of each as `<name>`, its 95% interval as `ci95/<name>/lo|hi`,
+    its counts as `n/<name>` and `n_tasks/<name>`."""
     out: dict[str, float] = {"n_episodes": float(m.n_episodes), "n_tasks": float(m.n_tasks)}
     for name in ("precision", "recall", "f1", "accuracy"):
         _put(out, f"handoff/{name}", getattr(m.handoff, name))
@@ -180,16 +186,17 @@ def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], 
 
 def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row], list[tuple[str, str]]]:
     """The rows of one domain whose place in the history is final, and the checkpoints held back
-    (with the incomplete checkpoint each waits for)."""
+    (with the incomplete checkpoint each waits for). A checkpoint an unfinished adaptive sweep may
+    still give rounds is incomplete, whatever shards it has."""
     ckpts, plan = _planned(run, reduction)
-    done = set(reduction.shards)
+    done, unsettled = set(reduction.shards), in_rounds(run)
     groups = {g.model: g for g in reduction.slices() if g.domain == domain}
     rows: list[Row] = []
     for i, (name, step) in enumerate(ckpts):
         planned = plan.get((name, domain))
         if plan and planned is None:  # planned in other domains only (an imported file): not this history's
             continue
-        complete = name in groups and (planned is None or planned <= done)
+        complete = name in groups and (planned is None or planned <= done) and name not in unsettled
         if not complete:
             return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]
         rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),

@@ -1,10 +1,10 @@
 """The metrics of docs/metrics.md over a set of EpisodeScores, each with a 95% interval.
 
-Proportions get Wilson score intervals, at the cluster-robust effective sample size when a task has
-several trials (clustered_wilson); F1 and means get a percentile bootstrap over tasks (the
-task is the unit that is resampled, with all its trials), with a fixed seed so that a report is
-reproducible. Every bootstrapped statistic is a ratio of per-task sums (a mean is sum/count, F1 is
-2TP / (2TP + FP + FN)), which is what lets one resampling serve them all and pair two runs.
+Proportions and means of values in [0, 1] (tau2 reward, pass^k, F1 as TP / (TP + (FP + FN) / 2)) get
+Wilson score intervals, at the cluster-robust effective sample size when a task has several trials
+(clustered_wilson); unbounded means (reward, turns, tokens) a t interval over tasks
+(handoff.rules.intervals). Every statistic is a ratio of per-task sums (a mean is sum/count, F1 is
+2TP / (2TP + FP + FN)), which is what lets one linearisation serve them all and pair two runs.
 pass^k is tau2's own (tau2.metrics.agent_metrics): per task C(c, k) / C(n, k), averaged over tasks.
 """
 
@@ -20,13 +20,21 @@ from pydantic import BaseModel
 from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 
 from handoff.rules.events import FormatKind
+from handoff.rules.intervals import (
+    MIN_TASKS,
+    MIN_VARYING_TASKS,
+    cr1_variance,
+    design_effect,
+    linearised,
+    ratio_interval,
+    t_interval,
+    t_quantile,
+)
 from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
 from handoff.rules.violations import RuleId
 
 Z95 = 1.959963984540054
-N_BOOTSTRAP = 1000
-SEED = 0
 ANY = "any"
 
 TaskKey = tuple[str, str]
@@ -35,13 +43,15 @@ Ratio = Callable[[EpisodeScore], tuple[float, float]]  # an episode's (numerator
 
 class Interval(BaseModel):
     """A value with its 95% interval; `k` / `n` are the counts behind a proportion (n alone: the
-    episodes, turns or tasks it is computed over). value is None when n is 0."""
+    episodes, turns or tasks it is computed over), `tasks` the tasks they come from. value is None
+    when n is 0; lo and hi are None where the data give no interval (a single task)."""
 
     value: float | None
     lo: float | None
     hi: float | None
     n: int
     k: int | None = None
+    tasks: int | None = None
 
 
 class Confusion(BaseModel):
@@ -92,15 +102,27 @@ class Metrics(BaseModel):
 
 
 class Difference(BaseModel):
+    """A - B of one metric. `n_tasks`: the shared tasks where it counts an episode on either side;
+    `n_varying_tasks`: those on which A and B differ (their sums num, den on the task); `n_episodes_a/b`:
+    the episodes it counts (for precision the transfers, for recall the should-transfer episodes:
+    the positives). `too_few`: under MIN_TASKS tasks or MIN_VARYING_TASKS varying ones, no interval.
+    `p`: the two-sided p-value of the paired t test of diff = 0."""
+
     a: float | None
     b: float | None
     diff: float | None
     lo: float | None
     hi: float | None
+    n_tasks: int = 0
+    n_varying_tasks: int = 0
+    n_episodes_a: int = 0
+    n_episodes_b: int = 0
+    p: float | None = None
+    too_few: bool = False
 
 
 class PairedComparison(BaseModel):
-    """Run A minus run B on the tasks both ran (intervals: paired bootstrap over those tasks)."""
+    """Run A minus run B on the tasks both ran (intervals: paired t over those tasks)."""
 
     n_tasks: int
     n_episodes_a: int
@@ -108,16 +130,15 @@ class PairedComparison(BaseModel):
     metrics: dict[str, Difference]
 
 
-def wilson(k: int, n: int, z: float = Z95) -> Interval:
+def wilson(k: float, n: int, z: float = Z95) -> Interval:
     if n == 0:
-        return Interval(value=None, lo=None, hi=None, n=0, k=k)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if k == 0 else centre - half  # exact bounds where floating point would miss them
-    hi = 1.0 if k == n else centre + half
-    return Interval(value=p, lo=lo, hi=hi, n=n, k=k)
+        return Interval(value=None, lo=None, hi=None, n=0, k=_count(k))
+    return _bounded(k / n, k, n, _wilson_at(k / n, n, z))
+
+
+def _count(k: float) -> int | None:
+    """k as the count of a proportion (None for a fractional sum, as of rewards)."""
+    return int(k) if float(k).is_integer() else None
 
 
 def _wilson_at(p: float, n: float, z: float) -> tuple[float, float]:
@@ -128,22 +149,33 @@ def _wilson_at(p: float, n: float, z: float) -> tuple[float, float]:
 
 
 def clustered_wilson(k: Sequence[float], n: Sequence[float], z: float = Z95) -> Interval:
-    """sum(k) / sum(n) for k[j] of n[j] in task j, with a Wilson interval that respects tasks: at
-    the effective sample size p(1 - p) / v (at most sum(n); Korn & Graubard 1998), v the
-    cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 / sum(n)^2 of J tasks (the sandwich
-    variance of an intercept-only regression clustered by task, CR1). With one trial per task it
-    is plain Wilson; at p = 0 or 1 (v = 0) the tasks count, J, and one task is one observation."""
-    total_k, total_n = int(sum(k)), int(sum(n))
-    if not total_n or max(n) <= 1:
-        return wilson(total_k, total_n, z)
+    """sum(k) / sum(n) for k[j] of n[j] in task j (k[j] may be a sum of values in [0, 1]), with a
+    Wilson interval that respects tasks. With one trial per task it is plain Wilson. Otherwise it is
+    Wilson at the effective sample size sum(n) / deff with t on J - 1 degrees of freedom in place of
+    z (Korn & Graubard 1998), deff the design effect of handoff.rules.intervals.design_effect: the
+    intra-task correlation that the cluster-robust variance J / (J - 1) sum_j (k_j - p n_j)^2 /
+    sum(n)^2 of the J tasks shows (the sandwich variance of an intercept-only regression clustered by
+    task, CR1), shrunk toward tau2's 0.5 while the rarer outcome is scarce. Continuous in the counts;
+    one task gives no interval."""
+    ks, ns = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    ks, ns = ks[ns > 0], ns[ns > 0]
+    total_k, total_n, tasks = float(ks.sum()), float(ns.sum()), len(ns)
+    if not tasks:
+        return Interval(value=None, lo=None, hi=None, n=0, k=0, tasks=0)
     p = total_k / total_n
-    ks, ns = np.asarray(k, dtype=float)[np.asarray(n) > 0], np.asarray(n, dtype=float)[np.asarray(n) > 0]
-    tasks = len(ns)
-    variance = tasks / (tasks - 1) * float(((ks - p * ns) ** 2).sum()) / total_n**2 if tasks > 1 else 0.0
-    n_eff = min(total_n, p * (1 - p) / variance) if variance > 0 else (total_n if 0 < p < 1 else tasks)
-    lo, hi = _wilson_at(p, n_eff, z)
-    return Interval(value=p, lo=0.0 if total_k == 0 else lo, hi=1.0 if total_k == total_n else hi, n=total_n,
-                    k=total_k)
+    if ns.max() <= 1:  # independent trials: plain Wilson
+        return _bounded(p, total_k, total_n, _wilson_at(p, total_n, z), tasks)
+    if tasks == 1:
+        return Interval(value=p, lo=None, hi=None, n=_count(total_n) or 0, k=_count(total_k), tasks=1)
+    deff = design_effect(ks, ns)
+    return _bounded(p, total_k, total_n, _wilson_at(p, total_n / deff, t_quantile(tasks - 1)), tasks)
+
+
+def _bounded(p: float, k: float, n: float, interval: tuple[float, float], tasks: int | None = None) -> Interval:
+    """A proportion's Interval, its ends exact at 0 and 1 where floating point would miss them."""
+    lo, hi = interval
+    return Interval(value=p, lo=0.0 if k == 0 else lo, hi=1.0 if k == n else hi, n=_count(n) or 0, k=_count(k),
+                    tasks=tasks)
 
 
 def share(scores: Sequence[EpisodeScore], hit: Callable[[EpisodeScore], bool],
@@ -187,6 +219,12 @@ def _f1_terms(s: EpisodeScore, cell: Callable[[EpisodeScore], tuple[bool, bool]]
     return tp, tp + (transferred != should)
 
 
+def _f1_share(cell: tuple[bool, bool]) -> tuple[float, float]:
+    """An episode's (hit, weight) in F1 = TP / (TP + (FP + FN) / 2)."""
+    transferred, should = cell
+    return (1.0, 1.0) if transferred and should else (0.0, 0.5 * (transferred != should))
+
+
 # Ratios shared by the metrics and the paired comparison.
 RATIOS: dict[str, Ratio] = {
     "tau2_reward": lambda s: (_tau2_reward(s), 1.0),
@@ -202,82 +240,69 @@ RATIOS: dict[str, Ratio] = {
 }
 
 
-class _TaskSums:
-    """Per-task sums of an episode ratio, and a bootstrap over tasks with shared resamples."""
+class _TaskArrays:
+    """Per-task sums of an episode ratio over tasks in a fixed order, and which tasks vary."""
 
-    def __init__(self, by_task: dict[TaskKey, list[EpisodeScore]], n_bootstrap: int, seed: int):
+    def __init__(self, by_task: dict[TaskKey, list[EpisodeScore]]):
         self.by_task = by_task
-        n = len(by_task)
-        rng = np.random.default_rng(seed)
-        self.samples = rng.integers(0, n, size=(n_bootstrap, n)) if n else np.zeros((0, 0), int)
 
     def sums(self, ratio: Ratio) -> tuple[np.ndarray, np.ndarray]:
         pairs = [[ratio(s) for s in trials] for trials in self.by_task.values()]
-        num = np.array([sum(p[0] for p in task) for task in pairs], dtype=float)
-        den = np.array([sum(p[1] for p in task) for task in pairs], dtype=float)
+        num = np.array([math.fsum(p[0] for p in task) for task in pairs], dtype=float)
+        den = np.array([math.fsum(p[1] for p in task) for task in pairs], dtype=float)
         return num, den
 
-    def replicates(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return num[self.samples].sum(axis=1) / den[self.samples].sum(axis=1)
+    def counted(self, ratio: Ratio) -> int:
+        return sum(ratio(s)[1] > 0 for trials in self.by_task.values() for s in trials)
 
-    def interval(self, ratio: Ratio) -> Interval:
-        return self.interval_of(*self.sums(ratio))
-
-    def interval_of(self, num: np.ndarray, den: np.ndarray) -> Interval:
-        """sum(num) / sum(den) over the tasks (arrays in task order), with its bootstrap interval."""
+    def mean(self, ratio: Ratio) -> Interval:
+        """sum(num) / sum(den) over the tasks with its t interval; `n` the tasks."""
+        num, den = self.sums(ratio)
         if not den.sum():
-            return Interval(value=None, lo=None, hi=None, n=len(num))
-        lo, hi = _percentiles(self.replicates(num, den))
-        return Interval(value=float(num.sum() / den.sum()), lo=lo, hi=hi, n=len(num))
+            return Interval(value=None, lo=None, hi=None, n=len(num), tasks=len(num))
+        lo, hi = ratio_interval(num, den)
+        return Interval(value=float(num.sum() / den.sum()), lo=lo, hi=hi, n=len(num), tasks=int((den > 0).sum()))
+
+    def bounded_mean(self, ratio: Ratio) -> Interval:
+        """The mean of a value in [0, 1] over the counted episodes, clustered Wilson; `n` the episodes."""
+        return clustered_wilson(*self.sums(ratio))
 
 
-def compute_metrics(
-    scores: Sequence[EpisodeScore],
-    ks: Sequence[int] | None = None,
-    n_bootstrap: int = N_BOOTSTRAP,
-    seed: int = SEED,
-) -> Metrics:
+def compute_metrics(scores: Sequence[EpisodeScore], ks: Sequence[int] | None = None) -> Metrics:
     """All metrics of docs/metrics.md. `ks`: the k of pass^k (default 1 .. the fewest trials any
     task has, as tau2 does)."""
     by_task = _by_task(scores)
-    boot = _TaskSums(by_task, n_bootstrap, seed)
+    tasks = _TaskArrays(by_task)
     return Metrics(
         n_episodes=len(scores),
         n_tasks=len(by_task),
-        handoff=_handoff(scores, boot),
+        handoff=_handoff(scores, tasks),
         outcomes=_outcomes(scores),
         transfer_rate_by_rule=_transfer_rates(scores),
         handoff_turn_by_rule=_handoff_turns(scores),
-        tau2_reward=boot.interval(RATIOS["tau2_reward"]),
+        tau2_reward=tasks.bounded_mean(RATIOS["tau2_reward"]),
         tau2_success=share(scores, lambda s: is_successful(_tau2_reward(s))),
-        pass_hat_k=_pass_hat_k(by_task, boot, ks),
-        reward=boot.interval(RATIOS["reward"]),
+        pass_hat_k=_pass_hat_k(by_task, ks),
+        reward=tasks.mean(RATIOS["reward"]),
         violation_rate=_violation_rates(scores),
         format_errors_per_100_turns=_format_rates(scores),
         termination=_terminations(scores),
-        assistant_turns=boot.interval(RATIOS["assistant_turns"]),
-        completion_tokens=boot.interval(RATIOS["completion_tokens"]),
+        assistant_turns=tasks.mean(RATIOS["assistant_turns"]),
+        completion_tokens=tasks.mean(RATIOS["completion_tokens"]),
         n_unevaluated=sum(s.tau2_reward is None for s in scores),
-        **_attributed(scores, boot),
+        **_attributed(scores, tasks),
     )
 
 
-def paired_difference(
-    a_scores: Sequence[EpisodeScore],
-    b_scores: Sequence[EpisodeScore],
-    n_bootstrap: int = N_BOOTSTRAP,
-    seed: int = SEED,
-) -> PairedComparison:
+def paired_difference(a_scores: Sequence[EpisodeScore], b_scores: Sequence[EpisodeScore]) -> PairedComparison:
     """A - B for each RATIOS metric and every hand-off metric under both labels (handoff_ratios)
-    over the tasks both runs have, with a paired bootstrap (the same resampled tasks for both runs)
-    for the interval of the difference."""
+    over the tasks both runs have, with a paired t interval over those tasks (paired_interval)."""
     a_tasks, b_tasks = _by_task(a_scores), _by_task(b_scores)
     shared = sorted(a_tasks.keys() & b_tasks.keys())
-    boot_a = _TaskSums({k: a_tasks[k] for k in shared}, n_bootstrap, seed)
-    boot_b = _TaskSums({k: b_tasks[k] for k in shared}, n_bootstrap, seed)  # same seed: same resamples
+    side_a = _TaskArrays({k: a_tasks[k] for k in shared})
+    side_b = _TaskArrays({k: b_tasks[k] for k in shared})
     ratios = RATIOS | handoff_ratios([s for k in shared for s in a_tasks[k] + b_tasks[k]])
-    metrics = {name: _difference(boot_a, boot_b, ratio) for name, ratio in ratios.items()}
+    metrics = {name: _difference(side_a, side_b, ratio) for name, ratio in ratios.items()}
     return PairedComparison(
         n_tasks=len(shared),
         n_episodes_a=sum(len(a_tasks[k]) for k in shared),
@@ -308,14 +333,30 @@ def handoff_ratios(scores: Sequence[EpisodeScore]) -> dict[str, Ratio]:
     return out
 
 
-def _difference(boot_a: _TaskSums, boot_b: _TaskSums, ratio: Ratio) -> Difference:
-    (num_a, den_a), (num_b, den_b) = boot_a.sums(ratio), boot_b.sums(ratio)
+def _difference(side_a: _TaskArrays, side_b: _TaskArrays, ratio: Ratio) -> Difference:
+    (num_a, den_a), (num_b, den_b) = side_a.sums(ratio), side_b.sums(ratio)
+    varying = int(((num_a != num_b) | (den_a != den_b)).sum())  # discordant: A and B differ on the task
+    counts = {"n_varying_tasks": varying, "n_episodes_a": side_a.counted(ratio), "n_episodes_b": side_b.counted(ratio)}
+    return paired_interval(num_a, den_a, num_b, den_b, varying).model_copy(update=counts)
+
+
+def paired_interval(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray,
+                    varying: int) -> Difference:
+    """sum(num_a) / sum(den_a) - sum(num_b) / sum(den_b) over paired tasks (arrays in one task order)
+    with the paired t interval of the per-task linearised differences on J - 1 degrees of freedom, J
+    the tasks counting an episode on either side. Under MIN_TASKS such tasks or MIN_VARYING_TASKS
+    tasks on which A and B differ (`varying`), no interval and no p (too_few)."""
     a = float(num_a.sum() / den_a.sum()) if den_a.sum() else None
     b = float(num_b.sum() / den_b.sum()) if den_b.sum() else None
+    counted = (den_a > 0) | (den_b > 0)
+    tasks = int(counted.sum())
     if a is None or b is None:  # e.g. the precision of a side that never transferred: no difference
-        return Difference(a=a, b=b, diff=None, lo=None, hi=None)
-    lo, hi = _percentiles(boot_a.replicates(num_a, den_a) - boot_b.replicates(num_b, den_b))
-    return Difference(a=a, b=b, diff=a - b, lo=lo, hi=hi)
+        return Difference(a=a, b=b, diff=None, lo=None, hi=None, n_tasks=tasks)
+    if tasks < MIN_TASKS or varying < MIN_VARYING_TASKS:
+        return Difference(a=a, b=b, diff=a - b, lo=None, hi=None, n_tasks=tasks, too_few=True)
+    z = linearised(num_a[counted], den_a[counted]) - linearised(num_b[counted], den_b[counted])
+    lo, hi, p = t_interval(a - b, cr1_variance(z), tasks)
+    return Difference(a=a, b=b, diff=a - b, lo=lo, hi=hi, n_tasks=tasks, p=p)
 
 
 def _by_task(scores: Sequence[EpisodeScore]) -> dict[TaskKey, list[EpisodeScore]]:
@@ -325,24 +366,23 @@ def _by_task(scores: Sequence[EpisodeScore]) -> dict[TaskKey, list[EpisodeScore]
     return dict(sorted(by_task.items()))
 
 
-def _percentiles(replicates: np.ndarray) -> tuple[float | None, float | None]:
-    finite = replicates[np.isfinite(replicates)]
-    if not finite.size:
-        return None, None
-    lo, hi = np.percentile(finite, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def _handoff(scores: Sequence[EpisodeScore], boot: _TaskSums, cell=_cell, f1: str = "handoff_f1") -> HandoffMetrics:
+def _handoff(scores: Sequence[EpisodeScore], tasks: _TaskArrays, cell=_cell) -> HandoffMetrics:
     cells = Counter(cell(s) for s in scores)
     tp, fp, tn, fn = cells[True, True], cells[True, False], cells[False, False], cells[False, True]
     return HandoffMetrics(
         confusion=Confusion(tp=tp, fp=fp, tn=tn, fn=fn),
         precision=share(scores, lambda s: cell(s)[1], among=lambda s: cell(s)[0]),
         recall=share(scores, lambda s: cell(s)[0], among=lambda s: cell(s)[1]),
-        f1=boot.interval(RATIOS[f1]),
+        f1=_f1(tasks, cell),
         accuracy=share(scores, lambda s: cell(s)[0] == cell(s)[1]),
     )
+
+
+def _f1(tasks: _TaskArrays, cell) -> Interval:
+    """F1 = TP / (TP + (FP + FN) / 2), a share of weighted episodes (a hit weighs 1, an error 1/2):
+    clustered Wilson, `n` the episodes F1 counts (TP + FP + FN), value None where it counts none."""
+    f1 = clustered_wilson(*tasks.sums(lambda s: _f1_share(cell(s))))
+    return f1.model_copy(update={"n": tasks.counted(lambda s: _f1_terms(s, cell)), "k": None})
 
 
 def _transfer_rates(scores: Sequence[EpisodeScore], rule_of=lambda s: s.label.rule) -> dict[str, Interval]:
@@ -350,14 +390,14 @@ def _transfer_rates(scores: Sequence[EpisodeScore], rule_of=lambda s: s.label.ru
     return {rule: share(scores, lambda s: s.transferred, among=lambda s, r=rule: rule_of(s) == r) for rule in rules}
 
 
-def _attributed(scores: Sequence[EpisodeScore], boot: _TaskSums) -> dict:
+def _attributed(scores: Sequence[EpisodeScore], tasks: _TaskArrays) -> dict:
     """The hand-off metrics under the episode label, the outcome classes split by who asked, and the
     share of hand-offs each initiator started (Metrics' fields from handoff_episode on)."""
     def initiated(s):
         return s.handoff_initiator is not None
 
     return {
-        "handoff_episode": _handoff(scores, boot, _episode_cell, "handoff_episode_f1"),
+        "handoff_episode": _handoff(scores, tasks, _episode_cell),
         "outcomes_episode": {o.value: share(scores, lambda s, o=o: s.episode_outcome is o) for o in Outcome},
         "outcome_details": {d.value: share(scores, lambda s, d=d: s.outcome_detail() is d) for d in OutcomeDetail},
         "outcome_details_episode": {d.value: share(scores, lambda s, d=d: s.outcome_detail(episode=True) is d)
@@ -425,7 +465,8 @@ def _handoff_turns(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     return {rule: median_interval(turns) for rule, turns in sorted(by_rule.items())}
 
 
-def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks: Sequence[int] | None) -> dict[int, Interval]:
+def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], ks: Sequence[int] | None) -> dict[int, Interval]:
+    """Per k, the mean over tasks of tau2's pass^k, Wilson over the tasks (each one observation in [0, 1])."""
     if not by_task:
         return {}
     fewest = min(len(trials) for trials in by_task.values())
@@ -437,7 +478,7 @@ def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks:
             pass_hat_k(len(trials), sum(is_successful(_tau2_reward(s)) for s in trials), k)
             for trials in by_task.values()
         ]
-        out[k] = boot.interval_of(np.array(per_task), np.ones(len(per_task)))  # mean over tasks
+        out[k] = clustered_wilson(per_task, [1.0] * len(per_task))
     return out
 
 

@@ -49,9 +49,14 @@ GRID = 4001
 EpisodeKey = tuple[str, str, int]  # (domain, task id, trial)
 Value = Callable[[EpisodeScore], float | None]  # an episode's metric in [0, 1]; None: not counted
 
+COUNTED_BY_LABEL: dict[str, Callable[[bool], bool]] = {"handoff_recall": lambda should_transfer: should_transfer}
+"""The metrics that count only the episodes of some task labels: which (by the label's should_transfer).
+The others count every episode."""
+
 METRICS: dict[str, Value] = {
     "handoff_accuracy": lambda s: float(s.correct_handoff),
-    "handoff_recall": lambda s: float(s.transferred) if s.label.should_transfer else None,
+    "handoff_recall": lambda s: float(s.transferred) if COUNTED_BY_LABEL["handoff_recall"](s.label.should_transfer)
+    else None,
     "tau2_success": lambda s: float(is_successful(s.tau2_reward or 0.0)),
     "tau2_reward": lambda s: s.tau2_reward or 0.0,
 }
@@ -61,12 +66,14 @@ the ADR-004 reward is not bounded by construction.)"""
 
 class SequenceBound(BaseModel):
     """A CS's value at the last observation: `estimate` (the mean observation), `lo`, `hi`; `n`
-    observations. lo/hi are the range's ends when n is 0."""
+    observations. lo/hi are the range's ends when n is 0. `crossed`: the ends crossed (every mean
+    excluded, a (1 - confidence) event); lo and hi are then the estimate, and nothing is decided on them."""
 
     estimate: float | None
     lo: float
     hi: float
     n: int
+    crossed: bool = False
 
 
 def confidence_sequence(rounds: Sequence[Sequence[float]], confidence: float,
@@ -125,7 +132,7 @@ def _bound(m: np.ndarray, below: np.ndarray, above: np.ndarray, seen: list[float
     mean = float(np.mean(seen))
     low, high = np.nonzero(below)[0], np.nonzero(above)[0]
     if not low.size or not high.size or low[0] > high[-1]:  # empty: a (1 - confidence) event; say so
-        return SequenceBound(estimate=2 * mean - 1, lo=2 * mean - 1, hi=2 * mean - 1, n=len(seen))
+        return SequenceBound(estimate=2 * mean - 1, lo=2 * mean - 1, hi=2 * mean - 1, n=len(seen), crossed=True)
     lo, hi = m[max(low[0] - 1, 0)], m[min(high[-1] + 1, GRID - 1)]
     return SequenceBound(estimate=2 * mean - 1, lo=2 * lo - 1, hi=2 * hi - 1, n=len(seen))
 
@@ -168,13 +175,15 @@ Status = Literal["best", "tied", "worse", "undecided"]
 class Verdict(BaseModel):
     """A checkpoint's standing against the best after a round (handoff.sweep.adaptive): `best`
     (the highest mean of those still running), `tied` (its CS against the best lies above -margin:
-    within the margin of the best, or better), `worse` (its CS lies below -margin), `undecided`.
-    `vs_best` is that CS (None for the best); `round` (1-based) and `episodes` are those at the
-    decision, or so far while it is undecided or the best."""
+    within the margin of the best, or better), `worse` (its CS lies below -margin), `undecided`
+    (neither, or the CS's ends crossed). `vs_best` is that CS (None for the best) and `against` the
+    checkpoint that was the best when it was measured; `round` (1-based) and `episodes` are those
+    at the decision, or so far while it is undecided or the best."""
 
     status: Status
     mean: float | None
     vs_best: SequenceBound | None = None
+    against: str | None = None
     round: int
     episodes: int
 
@@ -189,7 +198,7 @@ def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Ma
     (checkpoints - 1) (Bonferroni over the others): `worse` rests on its upper end alone and `tied`
     on its lower end alone, and for a given pair only one of the two can be false (the true
     difference is either below -margin or not), so a checkpoint is falsely decided against any
-    best with probability at most 1 - confidence."""
+    best with probability at most 1 - confidence. Ends that crossed decide nothing (`undecided`)."""
     verdicts = {c: v for c, v in previous.items() if v.status in ("tied", "worse")}
     running = [c for c in values if c not in verdicts]
     means = {c: _mean(values[c]) for c in values}
@@ -202,11 +211,19 @@ def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Ma
             continue
         pairs = paired_observations(values[c], values[best], round_trials, max_trials)
         cs = confidence_sequence(pairs, per_pair, one_sided=True)
-        status = "worse" if cs.hi < -margin else "tied" if cs.lo > -margin else "undecided"
-        verdicts[c] = Verdict(status=status, mean=means[c], vs_best=cs, round=round_, episodes=episodes)
+        verdicts[c] = Verdict(status=_status(cs, margin), mean=means[c], vs_best=cs, against=best, round=round_,
+                              episodes=episodes)
     return {c: verdicts[c] for c in values}
 
 
+def _status(cs: SequenceBound, margin: float) -> Status:
+    if cs.crossed:
+        return "undecided"
+    return "worse" if cs.hi < -margin else "tied" if cs.lo > -margin else "undecided"
+
+
 def _mean(values: Mapping[EpisodeKey, float | None]) -> float | None:
+    """The mean of the counted values, exactly rounded (math.fsum): equal multisets give equal
+    means whatever their order, so a tie for the best goes to the first checkpoint every time."""
     counted = [v for v in values.values() if v is not None]
-    return sum(counted) / len(counted) if counted else None
+    return math.fsum(counted) / len(counted) if counted else None

@@ -42,6 +42,25 @@ def episode_seed(sweep_seed: int, domain: str, task_id: str, trial: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def uncountable_metric(cfg: SweepConfig, ids: dict[str, list[str]]) -> str | None:
+    """Why an adaptive sweep's metric can count none of the planned episodes (recall over tasks none
+    of which should transfer: every round would be spent and nothing decided), else None."""
+    from handoff.rules.sequential import COUNTED_BY_LABEL
+    from handoff.tasks.labels import load_labels
+
+    counts = COUNTED_BY_LABEL.get(cfg.adaptive.metric)
+    if not cfg.adaptive.enabled or counts is None:
+        return None
+    labels = load_labels()
+    if any((label := labels.get((d, t))) is not None and counts(label.should_transfer)
+           for d, task_ids in ids.items() for t in task_ids):
+        return None
+    planned = ", ".join(f"{d} ({len(task_ids)} tasks)" for d, task_ids in ids.items())
+    return (f"adaptive.metric: {cfg.adaptive.metric} counts no episode of the planned slice {planned}, "
+            f"tasks {cfg.tasks.model_dump(exclude_defaults=True) or 'default'}: none of its tasks should transfer; "
+            "choose another adaptive.metric or tasks that include should-transfer ones")
+
+
 def select_tasks(cfg: SweepConfig, domain: str) -> list:
     """The tasks of `domain` selected by cfg.tasks, in the task set's order."""
     from handoff.tasks import KINDS, get_task, load_tasks

@@ -32,7 +32,7 @@ from handoff.sweep.config import (
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
-from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
+from handoff.sweep.plan import Shard, plan_shards, select_tasks, uncountable_metric, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
 from handoff.sweep.session import embedded, one_ray, ray_cluster
 
@@ -125,6 +125,8 @@ class Prepared:
             if not selected:
                 raise ConfigError(f"tasks: no {domain} task matches {self.sweep.tasks.model_dump()}")
         ids = {d: [t.id for t in ts] for d, ts in tasks.items()}
+        if (why := uncountable_metric(self.sweep, ids)) is not None:
+            raise ConfigError(why)
         self.shards = plan_shards(self.sweep, self.ckpts, ids)
         self.manifest = build(self.data, self.sweep, self.ckpts, self.shards, tasks, overrides, self.content)
         if recorded is not None:  # a resume: the run keeps its identity, and an adaptive one its rounds

@@ -55,8 +55,9 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
     for g in reduction.slices():
         m = g.metrics
         where = {"checkpoint": g.model, "domain": g.domain}
-        row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | "
-               f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}")
+        row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | {m.n_tasks} | "
+               f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}"
+               f" ({m.handoff.precision.n} pos) |")
         assert row in md
     assert "## Hand-off under the episode label" in md and "| user_ended_for_transfer | user_request_offscript |" in md
     good = reduction.group("good")  # airline 9 is in the sample: its gold is unreachable (issue 32)
@@ -95,7 +96,8 @@ def test_compare_two_checkpoints_finds_a_real_difference(run, capsys):
 def test_compare_finds_no_difference_where_there_is_none(run, capsys):
     cmp = _compare(capsys, run, "--a", "good", "--b", "twin")
     accuracy = cmp["result"]["metrics"]["handoff_accuracy"]
-    assert 0 < accuracy["diff"] < 0.05 and accuracy["lo"] <= 0 <= accuracy["hi"]
+    assert 0 < accuracy["diff"] < 0.05 and accuracy["too_few"]  # one task differs: no interval rests on it
+    assert accuracy["n_varying_tasks"] == 1 and accuracy["n_tasks"] == cmp["result"]["n_tasks"]
     assert not any(cmp["significant"].values())
 
 

@@ -69,6 +69,10 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
                     "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo", "handoff_episode/recall",
                     "outcome_detail/unneeded_handoff_unprompted", "user_simulator/user_request_offscript"} <= set(row)
             assert not any(k.startswith("pass_hat_k/") for k in row)  # one trial
+            # what each figure rests on (issue 46): the positives of precision and recall, the tasks
+            assert (row["n/handoff/precision"], row["n/handoff/recall"]) == (
+                metrics.handoff.precision.n, metrics.handoff.recall.n)
+            assert row["n_tasks/tau2_reward"] == metrics.tau2_reward.tasks and row["n/tau2_reward"] == metrics.n_episodes
             assert row["episodes/_type"] == "table-file"
         assert {(m.name, m.glob_name, m.step_metric) for m in logged["metrics"]} >= \
             {(STEP_METRIC, "", ""), ("", "*", STEP_METRIC)}

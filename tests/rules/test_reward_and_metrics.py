@@ -3,6 +3,9 @@ against tau2's own pass^k."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.metrics.agent_metrics import compute_metrics as tau2_compute_metrics
@@ -149,6 +152,13 @@ def score(task_id: str, transferred: bool, should: bool, tau2: float | None = 1.
     return EpisodeScore.model_validate(fields | extra)
 
 
+def wilson_roots(k: float, n: float, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's interval as the roots of (p - q)^2 = z^2 q (1 - q) / n."""
+    p = k / n
+    roots = np.roots([1 + z * z / n, -(2 * p + z * z / n), p * p])
+    return float(min(roots)), float(max(roots))
+
+
 def test_wilson_matches_textbook_values():
     assert (wilson(5, 10).lo, wilson(5, 10).hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
     assert (wilson(0, 10).lo, wilson(0, 10).hi) == (0.0, pytest.approx(0.2775, abs=1e-4))
@@ -166,12 +176,14 @@ def test_confusion_matrix_and_rates():
     assert m.transfer_rate_by_rule["no_transfer"].value == pytest.approx(1 / 3)
 
 
-def test_f1_interval_is_a_deterministic_bootstrap_over_tasks():
+def test_f1_interval_is_wilson_of_the_weighted_counts():
+    """F1 = TP / (TP + (FP + FN) / 2): with one trial per task, Wilson at n = TP + (FP + FN) / 2."""
     scores = [score(str(i), i % 3 == 0, i % 2 == 0) for i in range(40)]
-    a, b = compute_metrics(scores), compute_metrics(scores)
-    assert a == b
-    assert a.handoff.f1.lo <= a.handoff.f1.value <= a.handoff.f1.hi and a.handoff.f1.lo < a.handoff.f1.hi
-    assert compute_metrics(scores, seed=1).handoff.f1 != a.handoff.f1
+    f1 = compute_metrics(scores).handoff.f1
+    cells = Counter((s.transferred, s.label.should_transfer) for s in scores)
+    tp, errors = cells[True, True], cells[True, False] + cells[False, True]
+    assert f1.value == pytest.approx(2 * tp / (2 * tp + errors)) and f1.n == tp + errors
+    assert (f1.lo, f1.hi) == pytest.approx(wilson_roots(tp, tp + errors / 2))
 
 
 def test_rates_per_rule_kind_and_termination():
@@ -213,8 +225,9 @@ def test_paired_difference_over_shared_tasks():
     assert d.n_tasks == 30 and d.n_episodes_b == 60
     reward = d.metrics["tau2_reward"]
     assert reward.diff == pytest.approx(0.5) and 0 < reward.lo <= 0.5 <= reward.hi
-    same = paired_difference(a, a).metrics["tau2_reward"]
-    assert (same.diff, same.lo, same.hi) == (0.0, 0.0, 0.0)
+    assert (reward.n_tasks, reward.n_varying_tasks, reward.n_episodes_a, reward.n_episodes_b) == (30, 15, 60, 60)  # B varies on its odd tasks
+    same = paired_difference(a, a).metrics["tau2_reward"]  # every reward 1: no task varies, no interval
+    assert (same.diff, same.lo, same.hi, same.too_few, same.p) == (0.0, None, None, True, None)
 
 
 def test_metrics_from_real_scored_episodes():
