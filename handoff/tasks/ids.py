@@ -41,13 +41,17 @@ def kind_of(task_id: str) -> str:
 
 
 _SAFE = re.compile(r"[A-Za-z0-9_.-]+")
+SLUG_CHARS = 64
+"""The readable part of a slug at most: a transcript's file name holds the checkpoint's name, the domain
+and the slug, and a telecom id runs to 250 characters (a file name may hold 255 bytes)."""
 
 
 def task_slug(task_id: str) -> str:
     """A task id safe in a file name and a URL path: the id itself when it is (airline, retail and derived
-    ids), else its unsafe runs replaced by "-" and 8 hex digits of its sha256 appended, so that ids that
-    differ only in those characters stay apart (telecom's "[service_issue]a|b[PERSONA:Easy]")."""
-    if _SAFE.fullmatch(task_id):
+    ids, up to SLUG_CHARS), else its safe runs joined by "-", cut at SLUG_CHARS, with 8 hex digits of its
+    sha256 appended, so that ids differing only in the other characters or beyond the cut stay apart
+    (telecom's "[service_issue]a|b[PERSONA:Easy]")."""
+    if _SAFE.fullmatch(task_id) and len(task_id) <= SLUG_CHARS:
         return task_id
-    readable = "-".join(_SAFE.findall(task_id))
+    readable = "-".join(_SAFE.findall(task_id))[:SLUG_CHARS]
     return f"{readable}-{hashlib.sha256(task_id.encode()).hexdigest()[:8]}"
