@@ -1,5 +1,5 @@
 """A telecom sweep on local Ray whose user acts: the user's tool call and its result are recorded in the
-shard as the user's (issue 47)."""
+shard as the user's; the run's export imports back with tau2's reward agreeing (issue 47)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ STATUS_BAR = json.dumps({"name": "check_status_bar", "arguments": {}})
 
 
 @pytest.mark.ray
-def test_a_scripted_telecom_users_first_turn_is_its_own_tool_call_in_the_shard(ray_cluster, tmp_path):
+def test_a_scripted_telecom_users_first_turn_is_its_own_tool_call_in_the_shard(ray_cluster, tmp_path, capsys):
     overrides = ["engine=scripted", "domain=telecom", f"tasks.ids=['{LOCKED}']", "workers.processes=1",
                  "logger.mode=disabled", f"run_dir={tmp_path / 'run'}",
                  f"engine.script.user=['<tool_call>{STATUS_BAR}</tool_call>','My status bar shows airplane mode.',"
@@ -34,3 +34,13 @@ def test_a_scripted_telecom_users_first_turn_is_its_own_tool_call_in_the_shard(r
     assert messages[3]["content"] == "My status bar shows airplane mode."
     assert record.format_events == [] and record.user_format_events == []
     assert record.task_id == LOCKED and record.simulation["reward_info"]["reward"] == 1.0
+    from handoff.cli import main
+    from handoff.report import reduce_run
+
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run")]) == 0
+    (exported,) = capsys.readouterr().out.split()
+    assert main(["import", exported, "--run-dir", str(tmp_path / "imported")]) == 0
+    assert "1 simulations, 1 agreed, 0 mismatched" in capsys.readouterr().out
+    (episode,) = reduce_run(tmp_path / "imported").episodes
+    assert (episode.score.domain, episode.score.task_id, episode.score.transferred) == ("telecom", LOCKED, True)
