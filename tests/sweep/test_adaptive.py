@@ -42,6 +42,15 @@ def test_the_known_answer_agent_is_right_with_its_accuracy_drawn_from_the_episod
         assert abs(sum(right) / len(seeds) - accuracy) < 0.04
 
 
+def test_the_known_answer_agent_reads_telecoms_task_ids():
+    """Brackets, pipes and colons in the session's task id: the label is found, the draw applies."""
+    for should_transfer in (True, False):
+        task = _task("telecom", should_transfer)
+        seed = episode_seed(0, "telecom", task, 0)
+        assert handoff_decision(_request("telecom", task, seed), 1.0) is should_transfer
+        assert handoff_decision(_request("telecom", task, seed), 0.0) is not should_transfer
+
+
 def test_accuracy_of_an_unknown_checkpoint_is_refused(tmp_path):
     base = [*SCRIPTED, f"run_dir={tmp_path}/run"]
     validate(compose([*base, "+engine.script.accuracy={tiny-hermes: 0.5}"]), check_paths=False)
