@@ -50,6 +50,9 @@ class EpisodeRecord(BaseModel):
     seed: int
     simulation: dict = Field(description="tau2 SimulationRun (model_dump(mode='json')), finalized")
     format_events: list[FormatEvent] = Field(default_factory=list)
+    user_format_events: list[FormatEvent] = Field(default_factory=list, exclude_if=lambda v: not v,
+                                                  description="the user simulator's format events (telecom's user "
+                                                              "calls tools): the user's, never charged to the agent")
     usage: Usage = Field(default_factory=Usage)
     wall_s: float = 0.0
     recorded_reward: float | None = Field(None, exclude_if=lambda v: v is None,

@@ -23,7 +23,7 @@ from tau2.utils.utils import get_now
 from handoff.agent.context import TokenContext
 from handoff.agent.finalize import Evaluate, finalize_simulation
 from handoff.agent.handoff_agent import AgentLog, HandoffAgent
-from handoff.agent.user import user_usage
+from handoff.agent.user import user_format_events, user_usage
 from handoff.engine.base import Engine, Sampling
 from handoff.records import EpisodeRecord, Usage
 from handoff.rules.events import FormatEvent
@@ -40,7 +40,8 @@ class EpisodeSettings(EpisodeLimits):
 
 
 class EpisodeResult(BaseModel):
-    """A finished episode: the finalized SimulationRun, the format events, token usage, and the
+    """A finished episode: the finalized SimulationRun, the agent's format events and the user
+    simulator's (telecom's user acts with tools: its slips are never the agent's), token usage, and the
     agent's token context (prompt + response ids with the mask of generated tokens)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -48,6 +49,7 @@ class EpisodeResult(BaseModel):
     simulation: SimulationRun
     format_events: list[FormatEvent]
     usage: Usage
+    user_format_events: list[FormatEvent] = Field(default_factory=list)
     agent_tokens: TokenContext = Field(exclude=True)
     log: AgentLog
     domain: str
@@ -64,6 +66,7 @@ class EpisodeResult(BaseModel):
             seed=self.seed,
             simulation=self.simulation.model_dump(mode="json"),
             format_events=self.format_events,
+            user_format_events=self.user_format_events,
             usage=self.usage,
             wall_s=self.wall_s,
         )
@@ -126,6 +129,7 @@ def run_episode(
     return EpisodeResult(
         simulation=simulation,
         format_events=events,
+        user_format_events=user_format_events(user, simulation.messages),
         usage=usage,
         agent_tokens=agent.context,
         log=agent.log,

@@ -120,7 +120,7 @@ class Tau2AgentLoop(AgentLoopBase):
         engine = ServerManagerEngine(self.server_manager, loop, sampling_params, {self.chat.eos_token_id})
         task = _get_task(domain, task_id)
         user = make_user(self.user_spec, task, engine=self.user_engine or engine, chat=self.chat,
-                         session_id=uuid.uuid4().hex)
+                         session_id=uuid.uuid4().hex, domain=domain)
         episode = partial(run_episode, domain, task, engine, self.chat, user, self.settings, seed)
         result: EpisodeResult = await loop.run_in_executor(None, episode)
         score = self.scorer.score(result.to_record(model="policy")).score

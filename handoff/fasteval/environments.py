@@ -1,4 +1,5 @@
-"""tau2 environments for airline and retail built from the process-wide database snapshot.
+"""tau2 environments for airline and retail built from the process-wide database snapshot (telecom:
+tau2's own).
 
 `make_environment(domain)` returns a real tau2 `Environment` with the domain's own tools and
 policy; only the database underneath differs (a `CowDB`, see `cow.py`), so tool results, errors and
@@ -72,7 +73,10 @@ def _retail() -> DomainSpec:
 
 
 _SPECS = {"airline": _airline, "retail": _retail}
-SUPPORTED_DOMAINS = tuple(_SPECS)
+# Domains whose environment is tau2's own: telecom's databases are small (a fresh environment and its
+# evaluation cost milliseconds, docs/benchmarks.md), so there is nothing to make cheaper.
+TAU2_OWN = ("telecom",)
+SUPPORTED_DOMAINS = (*_SPECS, *TAU2_OWN)
 _lock = threading.Lock()
 _spec_lock = threading.Lock()
 _specs: dict[str, DomainSpec] = {}
@@ -99,11 +103,12 @@ def _policy(domain: str) -> str:
 
 
 def make_environment(domain: str, solo_mode: bool = False) -> Environment:
-    """A fresh tau2 environment of `domain` (airline or retail) over the shared snapshot."""
-    if domain not in _SPECS:
+    """A fresh tau2 environment of `domain`: airline's or retail's over the shared snapshot, telecom's
+    tau2's own."""
+    if domain not in SUPPORTED_DOMAINS:
         raise ValueError(f"fasteval supports {SUPPORTED_DOMAINS}, not {domain!r}")
-    if solo_mode:  # tau2 raises its own error for these domains
-        return registry.get_env_constructor(domain)(solo_mode=True)
+    if solo_mode or domain in TAU2_OWN:  # solo mode: tau2 raises its own error in airline/retail
+        return registry.get_env_constructor(domain)(solo_mode=solo_mode)
     tools = _tools_class(domain)(_spec(domain).snapshot())
     return Environment(domain_name=domain, policy=_policy(domain), tools=tools)
 

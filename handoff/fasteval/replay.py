@@ -29,7 +29,7 @@ def replay(
     task's communicate_info."""
     if actions is None:
         actions = list(task.evaluation_criteria.actions or [])
-    env = make_environment(domain)
+    env = initialized_environment(task, domain)
     messages: list = [UserMessage(role="user", content="Hello, I need help.")]
     for i, action in enumerate(actions):
         call = ToolCall(id=f"call_{i}", name=action.name, arguments=action.arguments,
@@ -43,6 +43,16 @@ def replay(
         id=str(uuid.uuid4()), task_id=task.id, start_time="", end_time="", duration=0.0,
         termination_reason=termination, messages=messages,
     )
+
+
+def initialized_environment(task: Task, domain: str):
+    """A fresh environment of the domain in the task's initial state (as tau2's orchestrator and evaluator
+    set it: telecom's tasks put the user's phone and line in their faulty state this way)."""
+    env = make_environment(domain)
+    state = task.initial_state
+    if state is not None:
+        env.set_state(state.initialization_data, state.initialization_actions, [])
+    return env
 
 
 def write_indices(task: Task, domain: str) -> list[int]:

@@ -28,6 +28,7 @@ from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
 from handoff.rundir import RunDir
 from handoff.scoring import ScoredEpisode
+from handoff.tasks.ids import task_slug
 
 INDEX = "episodes/index.html"  # relative to report/
 FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator")
@@ -50,7 +51,7 @@ def link(**filters) -> str:
 
 def episode_href(shard: str, ep: ScoredEpisode) -> str:
     """A transcript page, relative to report/episodes/."""
-    return f"transcripts/{slug(shard)}/{slug(ep.model)}__{ep.score.domain}__{slug(ep.score.task_id)}__{ep.trial}.html"
+    return f"transcripts/{slug(shard)}/{slug(ep.model)}__{ep.score.domain}__{task_slug(ep.score.task_id)}__{ep.trial}.html"
 
 
 def _renderer_hash() -> str:

@@ -98,7 +98,8 @@ def _episode_label(m) -> dict[str, Interval]:
 
 def _quality(m) -> dict[str, Interval]:
     return {k: v for k, v in (("after a write", m.handoff_after_write),
-                              ("summary names the ids", m.handoff_summary_complete)) if v is not None}
+                              ("summary names the ids", m.handoff_summary_complete),
+                              ("unneeded, after trying", m.unneeded_handoff_after_trying)) if v is not None}
 
 
 def _user_simulator(m) -> dict[str, Interval]:

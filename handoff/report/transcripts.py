@@ -111,7 +111,9 @@ def _asked(ep: ScoredEpisode, traj: Trajectory) -> list[tuple[int, str]]:
 
 
 def _message(index: int, msg, findings: list[str]) -> str:
-    who = {"assistant": "agent", "user": "user", "tool": "tool result", "system": "system"}[msg.role]
+    users = msg.role == "user" or (msg.role == "tool" and msg.requestor == "user")  # telecom: the user's own tools
+    who = {"assistant": "agent", "user": "user", "tool": "tool result to the user" if users else "tool result",
+           "system": "system"}[msg.role]
     parts = [f"<div class='who'>#{index} {who}{' (error)' if msg.error else ''}</div>"]
     if msg.role == "tool":
         parts.append(_folded(msg.content or ""))
@@ -119,13 +121,19 @@ def _message(index: int, msg, findings: list[str]) -> str:
         parts.append(_pre(msg.content))
     for call in msg.tool_calls:
         args = json.dumps(call.arguments, ensure_ascii=False, indent=None)
-        parts.append(f"<div class='call'>&rarr; {escape(call.name)}({escape(args)})</div>")
-    return f"<div class='msg {msg.role}' id='m{index}' data-turn='{index}'>{''.join(parts + findings)}</div>"
+        mark = "the user's tool call: " if msg.role == "user" else ""
+        parts.append(f"<div class='call'>&rarr; {mark}{escape(call.name)}({escape(args)})</div>")
+    side = " by-user" if users else ""
+    return f"<div class='msg {msg.role}{side}' id='m{index}' data-turn='{index}'>{''.join(parts + findings)}</div>"
 
 
 def _messages_section(ep: ScoredEpisode, traj: Trajectory, record: EpisodeRecord) -> str:
     details = {(e.kind, e.turn): e.detail for e in record.format_events}
     findings = _findings(ep, traj, details)
+    for event in record.user_format_events:  # the user simulator's slips: shown, never the agent's
+        findings.setdefault(event.turn, []).append(
+            f"<div class='finding user-format' data-kind='user-format'>the user's format error "
+            f"{escape(event.kind.value)}: {escape(event.detail)} (not charged to the agent)</div>")
     out = [_message(i, m, findings.get(i, [])) for i, m in enumerate(traj.messages)]
     dropped = [html for turn, items in findings.items() if turn >= len(traj.messages) for html in items]
     if dropped:  # a turn the agent never produced (docs/rules.md, "Turns")

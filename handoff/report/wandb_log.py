@@ -156,7 +156,7 @@ def attributed_values(m: Metrics) -> dict[str, float]:
     for name in ("user_request_offscript", "user_ended_for_transfer"):
         if getattr(m, name) is not None:
             _put(out, f"user_simulator/{name}", getattr(m, name))
-    for name in ("handoff_after_write", "handoff_summary_complete"):
+    for name in ("handoff_after_write", "handoff_summary_complete", "unneeded_handoff_after_trying"):
         if getattr(m, name) is not None:
             _put(out, name, getattr(m, name))
     return out

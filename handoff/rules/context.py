@@ -70,10 +70,12 @@ class TaskContext:
         actions = task.evaluation_criteria.actions if task.evaluation_criteria is not None else None
         return cls(domain, tools, task.id, None if actions is None else tuple(actions), str(task.user_scenario))
 
-    def matches_reference(self, call: Call) -> bool:
-        """tau2's own comparison (Action.compare_with_tool_call), as its action evaluator uses it."""
-        tool_call = ToolCall(id=call.id, name=call.name, arguments=call.arguments)
-        return any(action.compare_with_tool_call(tool_call) for action in self.reference_actions or ())
+    def matches_reference(self, call: Call, requestor: str = "assistant", actions=None) -> bool:
+        """tau2's own comparison (Action.compare_with_tool_call), as its action evaluator uses it, with a
+        reference action of the call's requestor (of `actions`, default every reference action)."""
+        tool_call = ToolCall(id=call.id, name=call.name, arguments=call.arguments, requestor=requestor)
+        return any(action.requestor == requestor and action.compare_with_tool_call(tool_call)
+                   for action in (self.reference_actions or () if actions is None else actions))
 
 
 def tau2_domains() -> list[str]:

@@ -9,6 +9,12 @@
   every reservation and order id the dialogue touched before it: written to, or named in a user or
   agent message (an id the agent only looked up while searching need not be named); None without
   a hand-off.
+- `tried_before_handoff`: before the first transfer call, at least one action of the task's reference
+  solution other than the transfer had been performed, by the agent or (telecom) by the user: a call
+  that tau2's action comparison matches to a reference action of the same requestor and that its tool
+  did not answer with an error. None without a hand-off, or when the reference solution holds nothing
+  but a transfer (nothing to try: telecom's 20 gold transfers) or is unknown. An unneeded hand-off is
+  "without trying" when it is False, "after trying" when it is True (docs/rules.md).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ class HandoffQuality(BaseModel):
     handoff_delay: int | None = Field(None, description="agent turns from the known need to the hand-off")
     write_before_handoff: bool | None = Field(None, description="a write was attempted before the first transfer call")
     summary_complete: bool | None = Field(None, description="the summary names the user id and the ids touched")
+    tried_before_handoff: bool | None = Field(None, description="a reference action other than the transfer was "
+                                              "performed (agent or user) before the first transfer call")
 
 
 def handoff_quality(traj: Trajectory, ctx: TaskContext, handoff_turn: int | None, task_should: bool,
@@ -44,7 +52,20 @@ def handoff_quality(traj: Trajectory, ctx: TaskContext, handoff_turn: int | None
         handoff_delay=None if start is None else max(0, handoff_turn - start),
         write_before_handoff=any(c.call.name in ctx.tools.write for c in before),
         summary_complete=all(_named(i, summary) for i in touched_ids(traj, at, ctx)),
+        tried_before_handoff=tried_before(traj, ctx, at),
     )
+
+
+def tried_before(traj: Trajectory, ctx: TaskContext, before: int) -> bool | None:
+    """Whether a reference action other than the transfer, of its own requestor, was performed without
+    an error before message `before`; None when the reference solution holds no such action (or none is
+    known)."""
+    wanted = [a for a in ctx.reference_actions or () if a.name != TRANSFER_TOOL]
+    if not wanted:
+        return None
+    performed = [("assistant", c) for c in traj.agent_calls] + [("user", c) for c in traj.user_calls]
+    return any(c.turn < before and c.ok and ctx.matches_reference(c.call, requestor, wanted)
+               for requestor, c in performed)
 
 
 def touched_ids(traj: Trajectory, before: int, ctx: TaskContext) -> list[str]:

@@ -99,6 +99,7 @@ class Metrics(BaseModel):
     handoff_delay_by_rule: dict[str, Interval] = {}  # median agent turns from the known need to the hand-off
     handoff_after_write: Interval | None = None  # hand-offs with episode label 1 made after a write
     handoff_summary_complete: Interval | None = None  # hand-offs whose summary names the ids touched
+    unneeded_handoff_after_trying: Interval | None = None  # unneeded hand-offs made after a reference action
 
 
 class Difference(BaseModel):
@@ -425,6 +426,8 @@ def _handoff_quality(scores: Sequence[EpisodeScore]) -> dict:
             s.transferred and s.episode_should_transfer and s.write_before_handoff is not None)),
         "handoff_summary_complete": share(scores, lambda s: s.summary_complete,
                                           among=lambda s: s.summary_complete is not None),
+        "unneeded_handoff_after_trying": share(scores, lambda s: s.tried_before_handoff, among=lambda s: (
+            s.outcome == Outcome.UNNEEDED_HANDOFF and s.tried_before_handoff is not None)),
     }
 
 

@@ -122,6 +122,9 @@ class EpisodeScore(BaseModel):
     write_before_handoff: bool | None = Field(None, description="a write attempted before the first transfer call")
     summary_complete: bool | None = Field(None, description="the transfer summary names the user id and every "
                                           "reservation / order id touched before it")
+    tried_before_handoff: bool | None = Field(None, description="a reference action other than the transfer was "
+                                              "performed, by the agent or the user, before the first transfer "
+                                              "call (None: no hand-off, or nothing but a transfer to try)")
     episode_should_transfer: bool = Field(None, description="the episode label: the task's, or true when the user "
                                           "asked for a human before the hand-off (default: from the fields above)")
 

@@ -134,9 +134,17 @@ class Trajectory(BaseModel):
     @cached_property
     def agent_calls(self) -> list[AgentCall]:
         """Every assistant tool call in order, paired with its result."""
+        return self._calls("assistant")
+
+    @cached_property
+    def user_calls(self) -> list[AgentCall]:
+        """Every tool call of the user (telecom's user acts on their phone) in order, with its result."""
+        return self._calls("user")
+
+    def _calls(self, role: str) -> list[AgentCall]:
         calls = []
         for turn, msg in enumerate(self.messages):
-            if msg.role == "assistant" and msg.tool_calls:
+            if msg.role == role and msg.tool_calls:
                 results = _results_after(self.messages, turn)
                 calls.extend(AgentCall(turn, call, _outcome(call, i, results)) for i, call in enumerate(msg.tool_calls))
         return calls

@@ -37,7 +37,7 @@ EXECUTION_KEYS = (
 )
 # Keys left out of the hash while they hold these values, so that runs from before the key existed
 # resume (engine.dtype auto: the engine decides from its CPU, handoff.engine.cpu).
-UNHASHED_DEFAULTS = {"engine.dtype": "auto", "engine.script.accuracy": None}
+UNHASHED_DEFAULTS = {"engine.dtype": "auto", "engine.script.accuracy": None, "tasks.set": "base"}
 
 
 class ModelConfig(Strict):
@@ -80,7 +80,7 @@ class Checkpoint(Strict):
 
 
 class DomainConfig(Strict):
-    name: Literal["airline", "retail"]
+    name: Literal["airline", "retail", "telecom"]
 
 
 class UserConfig(UserSimulatorConfig):
@@ -151,16 +151,25 @@ class TasksConfig(Strict):
     """The task slice of every domain; `ids` (a list for every domain, or a list per domain, since
     derived ids differ between domains) replaces the rest. Numeric ids may be given as numbers
     (tasks.ids=[0,1]). Otherwise the `split`'s tasks of `kinds`, then either the first `per_kind` of
-    each kind or the first `limit` in all, from `offset` (within each kind)."""
+    each kind or the first `limit` in all, from `offset` (within each kind). `set` is tau2's task set
+    of the upstream tasks: base, or telecom's small or full (handoff.tasks.upstream)."""
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
+    set: Literal["base", "small", "full"] = "base"
     split: Literal["train", "test"] | None = "test"
     kinds: list[str] | None = None
     ids: list[str] | dict[str, list[str]] | None = None
     offset: int = Field(0, ge=0)
     limit: int | None = Field(None, ge=1)
     per_kind: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _split_of_set(self):
+        if self.set != "base" and self.split is not None:
+            raise ValueError(f"tasks.set={self.set}: tau2 splits only the base set into train and test; "
+                             "give tasks.split=null")
+        return self
 
     @model_validator(mode="after")
     def _one_count(self):
@@ -267,6 +276,14 @@ class SweepConfig(Strict):
     def _domains_once(cls, domain: dict[str, DomainConfig]) -> dict[str, DomainConfig]:
         _once([d.name for d in domain.values()], "domain")
         return domain
+
+    @model_validator(mode="after")
+    def _set_of_selected_domains(self):
+        without = [d for d in self.domains() if d != "telecom"]
+        if self.tasks.set != "base" and without:
+            raise ValueError(f"tasks.set={self.tasks.set}: only telecom has task sets other than base "
+                             f"({', '.join(without)} selected); run them in another sweep")
+        return self
 
     @model_validator(mode="after")
     def _ids_of_selected_domains(self):

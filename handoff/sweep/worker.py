@@ -105,7 +105,7 @@ class EpisodeWorker:
         spec = self._user_spec(user)
         # one session per attempt, as the agent's: a retried episode's turns are counted (and routed) afresh
         session = f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}/{uuid.uuid4().hex[:8]}"
-        user_sim = self._user(spec, task, user, session_id=session, model=ep.model)
+        user_sim = self._user(spec, task, user, session_id=session, model=ep.model, domain=ep.domain)
         result = run_episode(ep.domain, task, self._client(agent, ep.model), self.chat(agent.checkpoint), user_sim,
                              self._settings(agent.checkpoint), ep.seed, **self._evaluation(ep.domain))
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
@@ -122,13 +122,13 @@ class EpisodeWorker:
         sampling = {"sampling": user.checkpoint.sampling} if user is not None else {}
         return UserSpec(**self.cfg.user.model_dump(exclude={"model"}), **sampling)
 
-    def _user(self, spec, task, user: EngineRef | None, session_id: str, model: str):
+    def _user(self, spec, task, user: EngineRef | None, session_id: str, model: str, domain: str):
         from handoff.agent.user import make_user
 
         if user is None:  # an API user simulator (litellm)
-            return make_user(spec, task)
+            return make_user(spec, task, domain=domain)
         return make_user(spec, task, engine=self._client(user, model), chat=self.chat(user.checkpoint),
-                         session_id=session_id)
+                         session_id=session_id, domain=domain)
 
     def _settings(self, ck: Checkpoint):
         from handoff.agent.episode import EpisodeSettings

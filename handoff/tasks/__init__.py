@@ -15,18 +15,28 @@ from pathlib import Path
 from handoff.tasks import paths
 from handoff.tasks.hashes import manifest_hashes, tasks_sha256
 from handoff.tasks.ids import DERIVED_KINDS, KINDS, parse_derived_id
-from handoff.tasks.upstream import DOMAINS, SPLITS, check_domain, upstream_splits, upstream_tasks
+from handoff.tasks.upstream import (
+    DEFAULT_SET,
+    DOMAINS,
+    LABELLED_SET,
+    SPLITS,
+    TASK_SETS,
+    check_domain,
+    upstream_splits,
+    upstream_tasks,
+)
 
 __all__ = [
-    "DOMAINS", "KINDS", "SPLITS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id", "split_of",
-    "tasks_sha256",
+    "DOMAINS", "KINDS", "SPLITS", "TASK_SETS", "get_task", "load_tasks", "manifest_hashes", "parse_derived_id",
+    "split_of", "tasks_sha256",
 ]
 
 
-def split_of(domain: str, task_id: str) -> str:
-    """A task's split: tau2's for upstream tasks, the parent's for derived ones."""
+def split_of(domain: str, task_id: str) -> str | None:
+    """A task's split: tau2's for upstream tasks, the parent's for derived ones; None for a telecom task
+    outside the base set (tau2 splits only the base set into train and test)."""
     ref = parse_derived_id(task_id)
-    return upstream_splits(domain)[ref.parent_id if ref else task_id]
+    return upstream_splits(domain).get(ref.parent_id if ref else task_id)
 
 
 @cache
@@ -39,31 +49,35 @@ def _derived(domain: str, kind: str, root: Path) -> tuple:
     return tuple(Task.model_validate(t) for t in json.loads(path.read_text()))
 
 
-def _tasks_of_kind(domain: str, kind: str) -> tuple:
+def _tasks_of_kind(domain: str, kind: str, task_set: str) -> tuple:
     if kind == "upstream":
-        return upstream_tasks(domain)
+        return upstream_tasks(domain, task_set)
     if kind not in DERIVED_KINDS:
         raise ValueError(f"unknown task kind {kind!r}: expected some of {', '.join(KINDS)}")
     return _derived(domain, kind, paths.REPO_ROOT)
 
 
-def load_tasks(domain: str, split: str | None = None, kinds: list[str] | None = None) -> list:
-    """tau2 Tasks of a domain: upstream first (tau2 order), then each derived kind; optionally one split."""
+def load_tasks(domain: str, split: str | None = None, kinds: list[str] | None = None,
+               task_set: str = DEFAULT_SET) -> list:
+    """tau2 Tasks of a domain: upstream first (tau2 order, of `task_set`), then each derived kind;
+    optionally one split."""
     check_domain(domain)
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)} or None for all")
-    tasks = [t for kind in (kinds or KINDS) for t in _tasks_of_kind(domain, kind)]
+    tasks = [t for kind in (kinds or KINDS) for t in _tasks_of_kind(domain, kind, task_set)]
     return [t for t in tasks if split is None or split_of(domain, t.id) == split]
 
 
 @cache
-def _index(domain: str) -> dict:
-    return {t.id: t for t in load_tasks(domain)}
+def _index(domain: str, task_set: str) -> dict:
+    return {t.id: t for t in load_tasks(domain, task_set=task_set)}
 
 
 def get_task(domain: str, task_id: str):
+    """A task by id: of the base set, else of the labelled set (telecom's full set: loaded only when the
+    id is not a base task's)."""
     check_domain(domain)
-    try:
-        return _index(domain)[task_id]
-    except KeyError:
-        raise KeyError(f"unknown {domain} task {task_id!r}") from None
+    for task_set in dict.fromkeys((DEFAULT_SET, LABELLED_SET.get(domain, DEFAULT_SET))):
+        if task_id in (index := _index(domain, task_set)):
+            return index[task_id]
+    raise KeyError(f"unknown {domain} task {task_id!r}")

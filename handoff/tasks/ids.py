@@ -7,6 +7,7 @@ kind is and how it is built: handoff.tasks.build.kinds, one module per kind.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -37,3 +38,20 @@ def parse_derived_id(task_id: str) -> DerivedRef | None:
 def kind_of(task_id: str) -> str:
     ref = parse_derived_id(task_id)
     return ref.kind if ref else "upstream"
+
+
+_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
+SLUG_CHARS = 64
+"""The readable part of a slug at most: a transcript's file name holds the checkpoint's name, the domain
+and the slug, and a telecom id runs to 250 characters (a file name may hold 255 bytes)."""
+
+
+def task_slug(task_id: str) -> str:
+    """A task id safe in a file name and a URL path: the id itself when it is (airline, retail and derived
+    ids, up to SLUG_CHARS), else its safe runs joined by "-", cut at SLUG_CHARS, with 8 hex digits of its
+    sha256 appended, so that ids differing only in the other characters or beyond the cut stay apart
+    (telecom's "[service_issue]a|b[PERSONA:Easy]")."""
+    if _SAFE.fullmatch(task_id) and len(task_id) <= SLUG_CHARS:
+        return task_id
+    readable = "-".join(_SAFE.findall(task_id))[:SLUG_CHARS]
+    return f"{readable}-{hashlib.sha256(task_id.encode()).hexdigest()[:8]}"

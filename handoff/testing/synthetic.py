@@ -21,7 +21,8 @@ from handoff.rundir import Manifest, RunPaths
 from handoff.tasks.labels import load_labels
 
 WRITE_TOOL = {"airline": ("cancel_reservation", {"reservation_id": "ZZZZZZ"}),
-              "retail": ("cancel_pending_order", {"order_id": "#W0000000", "reason": "no longer needed"})}
+              "retail": ("cancel_pending_order", {"order_id": "#W0000000", "reason": "no longer needed"}),
+              "telecom": ("refuel_data", {"customer_id": "C0000", "line_id": "L0000", "gb_amount": 2.0})}
 
 
 @dataclass(frozen=True)

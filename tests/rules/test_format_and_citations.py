@@ -8,6 +8,7 @@ from tau2.domains.airline.tools import AirlineTools
 from tau2.domains.airline.utils import AIRLINE_POLICY_PATH
 from tau2.domains.retail.tools import RetailTools
 from tau2.domains.retail.utils import RETAIL_POLICY_PATH
+from tau2.domains.telecom.utils import TELECOM_MAIN_POLICY_PATH
 
 from handoff.rules import FormatEvent, FormatKind, RuleId, format_errors
 from handoff.rules.basis import RULE_BASIS, TRANSFER_BASIS
@@ -210,6 +211,7 @@ def test_errors_are_ordered_by_turn_then_kind():
 PINNED = {
     "airline/policy.md": AIRLINE_POLICY_PATH.read_text(),
     "retail/policy.md": RETAIL_POLICY_PATH.read_text(),
+    "telecom/main_policy.md": TELECOM_MAIN_POLICY_PATH.read_text(),
     "transfer_to_human_agents docstring": AirlineTools.transfer_to_human_agents.__doc__,
 }
 CITATIONS = [(rule.value, c) for rule, cs in RULE_BASIS.items() for c in cs] + [("transfer", c) for c in TRANSFER_BASIS]

@@ -40,7 +40,7 @@ def scripted(completions: list[str | Scripted]) -> ScriptedEngine:
 def run(agent_script, user_script, domain="airline", task_id="0", seed=7, **overrides) -> EpisodeResult:
     """One episode of the scripted agent against the scripted user (on the engine user simulator)."""
     task = get_task(domain, task_id)
-    user = make_user(UserSpec(), task, engine=scripted(user_script), chat=chat())
+    user = make_user(UserSpec(), task, engine=scripted(user_script), chat=chat(), domain=domain)
     return run_episode(domain, task, scripted(agent_script), chat(), user, settings(**overrides), seed)
 
 

@@ -42,6 +42,15 @@ def test_the_known_answer_agent_is_right_with_its_accuracy_drawn_from_the_episod
         assert abs(sum(right) / len(seeds) - accuracy) < 0.04
 
 
+def test_the_known_answer_agent_reads_telecoms_task_ids():
+    """Brackets, pipes and colons in the session's task id: the label is found, the draw applies."""
+    for should_transfer in (True, False):
+        task = _task("telecom", should_transfer)
+        seed = episode_seed(0, "telecom", task, 0)
+        assert handoff_decision(_request("telecom", task, seed), 1.0) is should_transfer
+        assert handoff_decision(_request("telecom", task, seed), 0.0) is not should_transfer
+
+
 def test_accuracy_of_an_unknown_checkpoint_is_refused(tmp_path):
     base = [*SCRIPTED, f"run_dir={tmp_path}/run"]
     validate(compose([*base, "+engine.script.accuracy={tiny-hermes: 0.5}"]), check_paths=False)
@@ -179,3 +188,30 @@ def test_what_was_decided_and_the_rounds_w_and_b_waits_for(tmp_path):
     config["adaptive"]["enabled"] = False
     run.write_manifest(Manifest(config=config, shards=shards))
     assert scheduled_trials(RunDir(tmp_path)) is None and adaptive_result(RunDir(tmp_path)) is None
+
+
+NEVER_TRANSFER = ["engine.script.agent=['Let me check your line and walk you through the fix.']",
+                  "engine.script.user=['Hello, my phone has no service.','###STOP###']"]
+
+
+@pytest.mark.ray
+def test_known_answers_on_telecom_always_and_never_transfer(ray_cluster, tmp_path):
+    """`python -m handoff.sweep engine=scripted domain=telecom tasks.split=test tasks.per_kind=null`: the
+    default script's agent always transfers (fn = tn = 0, tp > 0); an agent that never transfers gets
+    tp = fp = 0; both on the same 40 tasks (12 gold transfers)."""
+    from handoff.report.reducer import reduce_run
+
+    base = ["engine=scripted", "domain=telecom", "tasks.split=test", "tasks.per_kind=null", "shard_size=10",
+            "workers.processes=1", "logger.mode=disabled"]
+    confusion, tasks = {}, {}
+    for name, script in (("always", []), ("never", NEVER_TRANSFER)):
+        overrides = [*base, *script, f"run_dir={tmp_path / name}"]
+        _, summary = run_sweep(compose(overrides), overrides, progress=False)
+        assert summary.episodes_done == 40 and summary.episode_failures == 0
+        reduction = reduce_run(tmp_path / name)
+        (group,) = [g for g in reduction.groups if g.domain == "telecom" and g.rule == "all"]
+        confusion[name] = group.metrics.handoff.confusion.model_dump()
+        tasks[name] = sorted(e.score.task_id for e in reduction.episodes)
+    assert confusion["always"] == {"tp": 12, "fp": 28, "tn": 0, "fn": 0}
+    assert confusion["never"] == {"tp": 0, "fp": 0, "tn": 28, "fn": 12}
+    assert tasks["always"] == tasks["never"] and len(set(tasks["always"])) == 40

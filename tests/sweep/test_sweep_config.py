@@ -270,7 +270,7 @@ def test_each_attempt_of_an_episode_is_a_user_session_of_its_own(tmp_path, monke
     class Stop(Exception):
         pass
 
-    def user(spec, task, ref, session_id, model):
+    def user(spec, task, ref, session_id, model, domain):
         sessions.append(session_id)
         raise Stop
 

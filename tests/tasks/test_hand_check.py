@@ -35,7 +35,7 @@ def test_review_writes_a_page_per_domain(tmp_path, capsys):
 
 
 def test_review_rejects_an_unknown_domain_or_kind(tmp_path, capsys):
-    for args in (["--domain", "telecom"], ["--kind", "bogus"]):
+    for args in (["--domain", "banking"], ["--kind", "bogus"]):
         with pytest.raises(SystemExit) as exc:
             cli_main(["labels", "review", "--out", str(tmp_path), *args])
         assert exc.value.code == 2
@@ -67,7 +67,7 @@ def test_override_rebuilds_labels_and_splits_and_check_passes(repo_copy, capsys)
 
 @pytest.mark.parametrize("args, message", [
     (["airline", "0", "--should-transfer", "true", "--reason", "   "], "reason must not be blank"),
-    (["telecom", "0", "--should-transfer", "true", "--reason", "r"], "unknown domain 'telecom'"),
+    (["banking", "0", "--should-transfer", "true", "--reason", "r"], "unknown domain 'banking'"),
     (["airline", "999", "--should-transfer", "true", "--reason", "r"], "unknown airline task '999'"),
     (["airline", "0", "--should-transfer", "false", "--reason", "r"], "already labelled should_transfer=False"),
 ])
@@ -99,7 +99,7 @@ def test_tasks_sha256_covers_derived_and_upstream_tasks(repo_copy, tmp_path, mon
     upstream = [(name, tmp_path / name.replace("/", "_")) for name, _ in hashes._upstream_task_files()]
     for (_, source), (_, copy) in zip(hashes._upstream_task_files(), upstream):
         copy.write_bytes(source.read_bytes())
-    monkeypatch.setattr(hashes, "_upstream_task_files", lambda: upstream)
+    monkeypatch.setattr(hashes, "_upstream_task_files", lambda *_: upstream)
     edited = tasks_sha256(repo_copy)
     upstream[1][1].write_text(upstream[1][1].read_text().replace('"id"', '"id" ', 1))
     assert tasks_sha256(repo_copy) != edited

@@ -33,10 +33,11 @@ from handoff.tasks.build.derive import scenarios
 from handoff.tasks.build.kinds.hard_negative import gold_changes_db, strip_persona_lines
 from handoff.tasks.build.labelling import Override, apply_override, read_overrides
 from handoff.tasks.build.manifests import check, render
-from handoff.tasks.domains import facts
+from handoff.tasks.domains import DERIVED_DOMAINS, facts
 from handoff.tasks.ids import DERIVED_KINDS as KINDS
 from handoff.tasks.labels import ManifestError, load_labels
 from handoff.tasks.upstream import (
+    LABELLED_SET,
     TRANSFER_TOOL,
     has_gold_transfer,
     upstream_splits,
@@ -44,7 +45,8 @@ from handoff.tasks.upstream import (
 )
 
 ROOT = paths.REPO_ROOT
-MIN_COUNT = {"airline": 18, "retail": 30}  # airline: 18 hard negatives (issue 32: parents 23, 33, 35 dropped)
+# airline: 18 hard negatives (issue 32: parents 23, 33, 35 dropped); telecom: no derived tasks yet
+MIN_COUNT = {"airline": 18, "retail": 30, "telecom": 0}
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +79,12 @@ def test_labels_check_passes_on_the_checkout(capsys):
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_counts_and_ids(domain):
     upstream = load_tasks(domain, kinds=["upstream"])
-    assert len(upstream) == {"airline": 50, "retail": 114}[domain]
+    assert len(upstream) == {"airline": 50, "retail": 114, "telecom": 114}[domain]
     for kind in KINDS:
         tasks = load_tasks(domain, kinds=[kind])
         assert len(tasks) == facts(domain).COUNTS[kind] >= MIN_COUNT[domain]
         refs = [parse_derived_id(t.id) for t in tasks]
-        assert {r.kind for r in refs} == {kind}
+        assert {r.kind for r in refs} == ({kind} if tasks else set())
         assert len({r.parent_id for r in refs}) == len(tasks), "a parent is used once per kind"
         for task, ref in zip(tasks, refs):
             assert task.description.notes == f"kind={kind}; parent={ref.parent_id}; template={ref.template}"
@@ -92,8 +94,8 @@ def test_counts_and_ids(domain):
     assert parse_derived_id("12") is None
     with pytest.raises(ValueError, match="unknown task kind 'bogus'"):
         load_tasks(domain, kinds=["bogus"])
-    with pytest.raises(ValueError, match="unknown domain 'telecom'"):
-        load_tasks("telecom")
+    with pytest.raises(ValueError, match="unknown domain 'banking'"):
+        load_tasks("banking")
     with pytest.raises(KeyError, match="unknown"):
         get_task(domain, "explicit_request-999-insist")
 
@@ -106,8 +108,8 @@ def test_every_domain_has_its_facts_and_every_kind_its_module():
     assert tuple(FACTS) == DOMAINS and tuple(REGISTRY) == ALL_KINDS
     assert all(set(f.COUNTS) == set(KINDS) for f in FACTS.values())
     assert [k for k, kind in REGISTRY.items() if kind.derive is None] == ["upstream"]
-    with pytest.raises(ValueError, match="unknown domain 'telecom'"):
-        facts("telecom")
+    with pytest.raises(ValueError, match="unknown domain 'banking'"):
+        facts("banking")
 
 
 def test_the_policy_clock_is_written_once():
@@ -168,7 +170,7 @@ def test_users_who_ask_for_a_human_never_parent_a_hard_negative(domain):
     assert not parents & (asking | gold)
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", DERIVED_DOMAINS)
 def test_out_of_scope_catalog(domain):
     catalog = CATALOG[domain]
     assert len({r.id for r in catalog}) == len(catalog) >= 10
@@ -201,7 +203,7 @@ def test_splits_inherit_and_do_not_leak(domain):
         sides[root_id].add("train" if task_id in train else "test")
         assert split_of(domain, task_id) == upstream_splits(domain)[root_id]
     assert all(len(s) == 1 for s in sides.values()), "a parent on both sides of the split"
-    for kind in KINDS:  # stratified: both splits get derived tasks of every kind
+    for kind in [k for k in KINDS if facts(domain).COUNTS[k]]:  # stratified: both splits get every kind
         assert {split_of(domain, t.id) for t in load_tasks(domain, kinds=[kind])} == {"train", "test"}
     with pytest.raises(ValueError, match="unknown split"):
         load_tasks(domain, split="base")
@@ -213,7 +215,7 @@ def test_splits_inherit_and_do_not_leak(domain):
 def test_labels_follow_the_rules():
     labels = load_labels()
     for domain in DOMAINS:
-        for task in load_tasks(domain):
+        for task in load_tasks(domain, task_set=LABELLED_SET.get(domain, "base")):
             label = labels[(domain, task.id)]
             ref = parse_derived_id(task.id)
             expected = ref.kind if ref else ("gold_transfer_action" if has_gold_transfer(task) else "no_transfer")
@@ -222,7 +224,7 @@ def test_labels_follow_the_rules():
                 assert label.should_transfer == (expected != "no_transfer" and expected != "hard_negative")
     assert labels[("airline", "13")] == Label(should_transfer=True, rule="gold_transfer_action")
     assert labels[("retail", "25")].rule == "override:no_transfer" and labels[("retail", "25")].should_transfer
-    assert len(labels) == sum(len(load_tasks(d)) for d in DOMAINS)
+    assert len(labels) == sum(len(load_tasks(d, task_set=LABELLED_SET.get(d, "base"))) for d in DOMAINS)
 
 
 def test_label_model():
@@ -267,7 +269,7 @@ def entry(**fields) -> dict:
         ({"airline": {"1": entry(reason=3)}}, "airline/1: reason: Input should be a valid string"),
         ({"airline": {"1": entry(rule="x")}}, "airline/1: rule: Extra inputs"),
         ({"airline": {"99": entry()}}, "airline/99: unknown task id"),
-        ({"telecom": {"1": entry()}}, "telecom: unknown domain"),
+        ({"banking": {"1": entry()}}, "banking: unknown domain"),
         ({"retail": ["7"]}, "retail: expected an object"),
     ],
 )
@@ -435,7 +437,7 @@ def reward(domain: str, task, turns: list[AssistantMessage], lines: list[str]) -
     return info.reward
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", DERIVED_DOMAINS)
 @pytest.mark.parametrize("kind", ["explicit_request", "out_of_scope"])
 def test_transfer_earns_reward_and_not_transferring_does_not(domain, kind):
     task = load_tasks(domain, kinds=[kind])[0]
@@ -443,7 +445,7 @@ def test_transfer_earns_reward_and_not_transferring_does_not(domain, kind):
     assert reward(domain, task, [say("I can handle that myself.")], [opening(task), "###STOP###"]) == 0.0
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", DERIVED_DOMAINS)
 def test_hard_negative_rewards_the_parent_solution_not_a_transfer(domain):
     task = next(
         t for t in load_tasks(domain, kinds=["hard_negative"])

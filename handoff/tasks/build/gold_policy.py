@@ -24,7 +24,7 @@ from handoff.tasks.domains import facts
 from handoff.tasks.domains.airline import TAKEN_OFF
 from handoff.tasks.golds import resolutions, unreachable_golds
 from handoff.tasks.ids import parse_derived_id
-from handoff.tasks.upstream import domain_data_dir, has_gold_transfer, upstream_tasks
+from handoff.tasks.upstream import has_gold_transfer, policy_path, upstream_tasks
 
 __all__ = ["resolutions", "unreachable_golds"]  # the read side's (handoff.tasks.golds), used here too
 
@@ -64,7 +64,7 @@ class Context:
 # --- the checks: (db before the action, the action's arguments, context) -> what breaks the clause, or None -----
 # Each domain's own: domain -> check name (the function's, unless given) -> function.
 
-CHECKS: dict[str, dict[str, Callable]] = {"airline": {}, "retail": {}}
+CHECKS: dict[str, dict[str, Callable]] = {"airline": {}, "retail": {}, "telecom": {}}
 
 
 def check(domain: str, name: str | None = None) -> Callable:
@@ -432,7 +432,7 @@ class ClauseError(ValueError):
 
 
 def _policy_lines(domain: str) -> list[str]:
-    return (domain_data_dir(domain) / "policy.md").read_text().splitlines()
+    return policy_path(domain).read_text().splitlines()
 
 
 def _cited(domain: str, entry: dict, where: str) -> None:

@@ -26,6 +26,7 @@ from handoff.tasks.upstream import (
     DOMAINS,
     SPLITS,
     TAU2_DIST,
+    labelled_tasks,
     tau2_commit,
     tau2_data_sha256,
     tau2_version,
@@ -51,7 +52,7 @@ def render(root: Path, derived: dict | None = None) -> dict[Path, bytes]:
         paths.task_file(d, k): dump_json([t.model_dump(mode="json", exclude_none=True) for t in tasks])
         for (d, k), tasks in derived.items()
     }
-    tasks = {d: list(upstream_tasks(d)) + [t for k in DERIVED_KINDS for t in derived[(d, k)]] for d in DOMAINS}
+    tasks = {d: list(labelled_tasks(d)) + [t for k in DERIVED_KINDS for t in derived[(d, k)]] for d in DOMAINS}
     files[paths.LABELS_FILE] = _labels_json(root, tasks, {str(p): _sha(data) for p, data in sorted(files.items())})
     files[paths.SPLITS_FILE] = _splits_json(tasks, _sha(files[paths.LABELS_FILE]))
     files[paths.CATALOG_DOC] = render_catalog(derived).encode()
@@ -126,7 +127,7 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
 def gold_problems(root: Path, derived: dict) -> list[str]:
     """What the gold checker flags and nothing handles (handoff.tasks.build.gold_policy.problems), with root's
     overrides."""
-    tasks = {d: {t.id for t in upstream_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
+    tasks = {d: {t.id for t in labelled_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
              for d in DOMAINS}
     return gold_policy.problems(derived, read_overrides(root / paths.OVERRIDES_FILE, tasks))
 

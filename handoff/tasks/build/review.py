@@ -86,3 +86,18 @@ def write_review(out: Path, pages: dict[str, str]) -> list[Path]:
         (out / f"{domain}.html").write_text(markdown_to_html(f"Hand-check: {domain}", markdown))
         written += [out / f"{domain}.md", out / f"{domain}.html"]
     return written
+
+
+HAND_CHECK_SEED = 47
+"""The seed of telecom's hand-check sample (issue 47; docs/tasks.md, "Telecom: the hand-check")."""
+
+
+def hand_check_sample(domain: str, n: int = 20, seed: int = HAND_CHECK_SEED) -> list[str]:
+    """The ids of `n` upstream base tasks without a gold transfer, drawn with random.Random(seed) in
+    tau2's order: the negatives read beside every gold transfer."""
+    import random
+
+    from handoff.tasks.upstream import has_gold_transfer, upstream_tasks
+
+    negatives = [t.id for t in upstream_tasks(domain) if not has_gold_transfer(t)]
+    return random.Random(seed).sample(negatives, n)

@@ -8,6 +8,7 @@ from handoff.tasks.build import audit, derive
 from handoff.tasks.build.audit import Finding
 from handoff.tasks.build.kinds import explicit_request, hard_negative, out_of_scope, upstream
 from handoff.tasks.build.kinds.base import Kind
+from handoff.tasks.domains import facts
 from handoff.tasks.ids import DERIVED_KINDS, KINDS, kind_of, parse_derived_id
 from handoff.tasks.upstream import DOMAINS, upstream_tasks
 
@@ -43,6 +44,8 @@ def build_kind(domain: str, name: str) -> list:
     (handoff.tasks.build.audit)."""
     if name not in DERIVED_KINDS:
         raise ValueError(f"unknown derived kind {name!r}: expected one of {', '.join(DERIVED_KINDS)}")
+    if not facts(domain).COUNTS[name]:
+        return []
     tasks = derive.by_parent(kind(name).derive(domain))
     parents = {t.id: t for t in upstream_tasks(domain)}
     findings = audit_tasks(domain, name, tasks, parents, derive.product_classes())
