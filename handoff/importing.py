@@ -90,6 +90,7 @@ def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints
     names = checkpoints or _unique([f.agent or _stem(p) for f, p in zip(files, paths)])
     if len(set(names)) != len(names):
         raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
+    _refuse_colliding_ids(names, [f.domain for f in files])
     return [Source(path=Path(p).resolve(), sha256=hashlib.sha256(Path(p).read_bytes()).hexdigest(), file=f,
                    checkpoint=name, step=steps[i] if steps else i)
             for i, (p, f, name) in enumerate(zip(paths, files, names))]
@@ -110,7 +111,23 @@ def _unique(names: list[str]) -> list[str]:
 
 
 def shard_id(source: Source) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{source.checkpoint}__{source.file.domain}").lstrip("-._") or "import"
+    return _shard_id(source.checkpoint, source.file.domain)
+
+
+def _shard_id(checkpoint: str, domain: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{checkpoint}__{domain}").lstrip("-._") or "import"
+
+
+def _refuse_colliding_ids(names: list[str], domains: list[str]) -> None:
+    """Two checkpoints whose names differ only in characters a shard id cannot hold (`sft/step-100`,
+    `sft:step-100`) would be written into one shard, one file's episodes lost: refused, naming both."""
+    first: dict[str, str] = {}
+    for name, domain in zip(names, domains):
+        shard = _shard_id(name, domain)
+        if first.setdefault(shard, name) != name:
+            raise ImportRefused(f"checkpoints {first[shard]!r} and {name!r} ({domain}) map to one shard id {shard!r} "
+                                "(characters outside [A-Za-z0-9._-] become '-'): one file's episodes would overwrite "
+                                "the other's; give names that differ in letters or digits with --checkpoint")
 
 
 def pinned_task(domain: str, task_id: str, where: str | Path):

@@ -248,3 +248,16 @@ def test_a_checkpoint_planned_in_another_domain_only_holds_no_history_back(tmp_p
     for domain, checkpoint in (("airline", "a"), ("retail", "b")):
         rows, held_back = final_rows(RunDir(run.root), reduction, domain)
         assert ([r.checkpoint for r in rows], held_back) == ([checkpoint], [])
+
+
+def test_checkpoint_names_whose_shard_ids_collide_are_refused_naming_both(tmp_path, capsys):
+    """`sft/step-100` and `sft:step-100` both map to the shard id `sft-step-100__retail`: written into
+    one shard, one file's episodes would vanish. Refused before anything is written."""
+    a = results_file(tmp_path / "a.json", sim_dicts())
+    b = results_file(tmp_path / "b.json", sim_dicts())
+    code, _, err = cli(capsys, "import", a, b, "--run-dir", tmp_path / "run",
+                       "--checkpoint", "sft/step-100", "--checkpoint", "sft:step-100")
+    assert code == 2 and "'sft/step-100'" in err and "'sft:step-100'" in err and "--checkpoint" in err
+    assert not (tmp_path / "run").exists()
+    distinct = import_files(tmp_path / "ok", [a, b], checkpoints=["sft/step-100", "sft-step-200"])
+    assert len(distinct.files) == 2 and len(records(tmp_path / "ok")) == 6  # both files' episodes kept
