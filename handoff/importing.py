@@ -19,7 +19,7 @@ import math
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from handoff.errors import HandoffError
@@ -33,7 +33,9 @@ from handoff.rundir import (
     RewardMismatch,
     RunDirError,
     RunPaths,
+    TaskAttribution,
 )
+from handoff.task_identity import AMBIGUOUS, CONFIRMED, Identity, identify
 
 
 class ImportRefused(HandoffError):
@@ -159,24 +161,46 @@ def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[di
         return None, f"{type(exc).__name__}: {first}"[:500]
 
 
-def replay_file(source: Source) -> list[Replayed]:
-    """Every simulation of a file re-evaluated against the pinned task its id names. An id the
-    pinned tasks lack, or a (task, trial) twice in the file, is an error naming it."""
-    out, trials, seen = [], Counter(), set()
-    for sim in source.file.simulations:
-        task = pinned_task(source.file.domain, str(sim.get("task_id")), source.path)
+def replay_file(source: Source) -> tuple[list[Replayed], list[Identity]]:
+    """Every simulation whose task is known (handoff.task_identity) re-evaluated against that pinned
+    task, and each simulation's identity. A (task, trial) that two simulations claim by their given
+    ids is an error naming it; one reached by recovery is left out as ambiguous."""
+    identities = identify_file(source)
+    out, trials, seen = [], Counter(), {}
+    for sim, identity in zip(source.file.simulations, identities):
+        if identity.task_id is None:
+            continue
+        task = pinned_task(source.file.domain, identity.task_id, source.path)
         trial = sim["trial"] if isinstance(sim.get("trial"), int) else trials[task.id]
         trials[task.id] += 1
         if (task.id, trial) in seen:
-            raise ImportRefused(f"{source.path}: task {task.id!r} trial {trial} appears twice")
-        seen.add((task.id, trial))
+            if identity.status == CONFIRMED:
+                raise ImportRefused(f"{source.path}: task {task.id!r} trial {trial} appears twice")
+            identities[identity.index] = replace(identity, task_id=None, status=AMBIGUOUS, evidence=(
+                f"{identity.evidence}; but task {task.id} trial {trial} is simulation {seen[task.id, trial]}'s"))
+            continue
+        seen[task.id, trial] = identity.index
         out.append(replay(source, sim, task, trial))
-    return out
+    return out, identities
+
+
+def identify_file(source: Source) -> list[Identity]:
+    """Each simulation's task, the file's own tasks and trial count taken into account."""
+    from tau2.data_model.tasks import Task
+
+    embedded = {}
+    for raw in source.file.tasks or []:
+        with contextlib.suppress(Exception):
+            task = Task.model_validate(raw)
+            embedded[task.id] = task
+    trials = (source.file.info or {}).get("num_trials")
+    return identify(source.file.simulations, source.file.domain, trials if isinstance(trials, int) else 1, embedded)
 
 
 def replay(source: Source, sim: dict, task, trial: int) -> Replayed:
     """One simulation re-evaluated, and its record with the re-evaluated reward."""
     domain, recorded = source.file.domain, (sim.get("reward_info") or {}).get("reward")
+    sim = {**sim, "task_id": task.id}  # the task it is re-evaluated on: the given id, or the one recovered
     reward_info, error = reevaluate(sim, domain, task, source.path)
     if reward_info is None:
         return Replayed(task.id, trial, recorded, None, error)
@@ -191,14 +215,19 @@ def replay(source: Source, sim: dict, task, trial: int) -> Replayed:
     return Replayed(task.id, trial, recorded, record)
 
 
-def summarize(sources: list[Source], replays: list[list[Replayed]], keep_mismatched: bool) -> ImportSection:
+def summarize(sources: list[Source], replays: list[list[Replayed]], identities: list[list[Identity]],
+              keep_mismatched: bool) -> ImportSection:
     mismatches = [RewardMismatch(file=str(s.path), task_id=r.task_id, trial=r.trial, recorded=r.recorded,
                                  reevaluated=r.reevaluated)
                   for s, rs in zip(sources, replays) for r in rs if r.record is not None and not r.agrees]
     errors = [ReplayFailure(file=str(s.path), task_id=r.task_id, trial=r.trial, error=r.error)
               for s, rs in zip(sources, replays) for r in rs if r.record is None]
-    return ImportSection(files=[s.entry() for s in sources], episodes=sum(map(len, replays)),
-                         keep_mismatched=keep_mismatched, reward_mismatches=mismatches, replay_errors=errors)
+    attributions = [TaskAttribution(file=str(s.path), index=i.index, given=i.given, task_id=i.task_id, status=i.status,
+                                    evidence=i.evidence)
+                    for s, ids in zip(sources, identities) for i in ids if i.status != CONFIRMED]
+    return ImportSection(files=[s.entry() for s in sources], episodes=sum(len(s.file.simulations) for s in sources),
+                         keep_mismatched=keep_mismatched, reward_mismatches=mismatches, replay_errors=errors,
+                         attributions=attributions)
 
 
 def kept(replays: list[Replayed], keep_mismatched: bool) -> list[EpisodeRecord]:
@@ -215,8 +244,8 @@ def import_files(run_dir: str | Path, paths: list[str | Path], *, name: str | No
     run = RunPaths(run_dir)
     sources = read_sources(paths, domain, checkpoints, steps)
     old = _existing(run, sources)
-    replays = [replay_file(s) for s in sources]
-    section = summarize(sources, replays, keep_mismatched)
+    replays, identities = zip(*(replay_file(s) for s in sources))
+    section = summarize(sources, replays, identities, keep_mismatched)
     if old is not None and old.imported != section:
         raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, "
                             "or rewards re-evaluated differently by another tau2): import into a new --run-dir")
@@ -279,9 +308,11 @@ def _locked(run: RunPaths):
         yield
 
 
-def counts(section: ImportSection, path: str) -> tuple[int, int, int]:
-    """(agreed, mismatched, failed to replay) of one imported file."""
+def counts(section: ImportSection, path: str) -> tuple[int, int, int, int, int]:
+    """(agreed, mismatched, failed to replay, task recovered, no task attributed) of one imported file."""
     entry = next(f for f in section.files if f.path == path)
     mismatched = sum(m.file == path for m in section.reward_mismatches)
     failed = sum(e.file == path for e in section.replay_errors)
-    return entry.episodes - mismatched - failed, mismatched, failed
+    recovered = sum(a.file == path and a.task_id is not None for a in section.attributions)
+    unattributed = sum(a.file == path and a.task_id is None for a in section.attributions)
+    return entry.episodes - mismatched - failed - unattributed, mismatched, failed, recovered, unattributed

@@ -88,6 +88,18 @@ class ReplayFailure(BaseModel):
     error: str = Field(description="the first line of the error tau2's evaluator raised")
 
 
+class TaskAttribution(BaseModel):
+    """A simulation whose task id was missing or contradicted (handoff.task_identity): the task
+    recovered from its evidence, or none (ambiguous, unmatched: left out of the metrics)."""
+
+    file: str
+    index: int = Field(description="the simulation's place in the file, from 0")
+    given: str | None = Field(description="the task_id the file gives")
+    task_id: str | None = Field(description="the task recovered; None when ambiguous or unmatched")
+    status: str = Field(description="recovered, ambiguous or unmatched")
+    evidence: str
+
+
 class ImportSection(BaseModel):
     """What `handoff import` read, and the episodes whose re-evaluated reward is not the recorded one
     (left out of the metrics unless keep_mismatched) or that could not be replayed (left out)."""
@@ -99,6 +111,7 @@ class ImportSection(BaseModel):
     keep_mismatched: bool = False
     reward_mismatches: list[RewardMismatch] = Field(default_factory=list)
     replay_errors: list[ReplayFailure] = Field(default_factory=list)
+    attributions: list[TaskAttribution] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class Manifest(BaseModel):

@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
                            checkpoints=args.checkpoint, steps=args.step, keep_mismatched=args.keep_mismatched)
     fate = "kept, with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
     for entry in section.files:
-        agreed, mismatched, failed = counts(section, entry.path)
+        agreed, mismatched, failed, recovered, unattributed = counts(section, entry.path)
         print(f"{entry.path}: {entry.checkpoint} (step {entry.step}, {entry.domain}): {entry.episodes} simulations, "
-              f"{agreed} agreed, {mismatched} mismatched ({fate}), {failed} failed to replay (left out)")
+              f"{agreed} agreed, {mismatched} mismatched ({fate}), {failed} failed to replay (left out), "
+              f"{recovered} task ids recovered, {unattributed} without a task (left out)")
     paths = finish_run(args.run_dir)
     print("\n".join(f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")))
     return 0

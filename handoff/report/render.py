@@ -10,6 +10,7 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
+from handoff.report.imported import attribution_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -139,10 +140,11 @@ def imported(section: ImportSection | None) -> list[str]:
     for f in section.files:
         mismatched = sum(m.file == f.path for m in section.reward_mismatches)
         failed = sum(e.file == f.path for e in section.replay_errors)
+        untasked = sum(a.file == f.path and a.task_id is None for a in section.attributions)
         rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.step, f.domain, f.episodes,
-                     f.episodes - mismatched - failed, mismatched, failed])
+                     f.episodes - mismatched - failed - untasked, mismatched, failed, untasked])
     lines += table(["file", "checkpoint", "step", "domain", "simulations", "agreed", "mismatched",
-                    "failed to replay"], rows)
+                    "failed to replay", "no task"], rows)
     checkpoint = {f.path: f.checkpoint for f in section.files}
     if section.reward_mismatches:
         tasks: dict[tuple, list[str]] = {}  # (checkpoint, recorded, re-evaluated) -> its tasks
@@ -156,7 +158,7 @@ def imported(section: ImportSection | None) -> list[str]:
         lines += ["### Replay errors", ""] + table(
             ["checkpoint", "task", "trial", "error"],
             [[checkpoint[e.file], e.task_id, e.trial, f"`{e.error.replace('`', '')}`"] for e in section.replay_errors])
-    return lines
+    return lines + attribution_lines(section, table)
 
 
 def _reachable_tau2_table(reduction: Reduction) -> list[str]:

@@ -147,12 +147,15 @@ class Trajectory(BaseModel):
 
 
 class Tau2File(NamedTuple):
-    """The simulations of one tau2 file, its domain, and the agent model it names (None if none)."""
+    """The simulations of one tau2 file, its domain, and the agent model it names (None if none);
+    a results file's own `info` and embedded `tasks` (as JSON) too."""
 
     format: Literal["results", "list", "simulation"]
     domain: str
     agent: str | None
     simulations: list[dict]
+    info: dict | None = None
+    tasks: list | None = None
 
 
 def read_tau2_file(path: str | Path, domain: str | None = None) -> Tau2File:
@@ -169,7 +172,9 @@ def read_tau2_file(path: str | Path, domain: str | None = None) -> Tau2File:
         info = data.get("info") if isinstance(data.get("info"), dict) else {}
         agent = (info.get("agent_info") or {}).get("llm")
         named = (info.get("environment_info") or {}).get("domain_name")
-        return Tau2File("results", _domain(path, named, domain), agent, _simulations(path, data["simulations"]))
+        tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else None
+        return Tau2File("results", _domain(path, named, domain), agent, _simulations(path, data["simulations"]),
+                        info, tasks)
     if isinstance(data, list) and all(isinstance(s, dict) and "messages" in s for s in data):
         return Tau2File("list", _domain(path, None, domain), None, data)
     if isinstance(data, dict) and "messages" in data:

@@ -154,12 +154,46 @@ def test_an_unreplayable_simulation_is_listed_with_its_error_and_left_out(tmp_pa
     assert "## Imported tau2 files" in report and "### Replay errors" in report and failure.error[:40] in report
 
 
-def test_an_unknown_task_id_is_an_error_naming_it(tmp_path, capsys):
+def test_an_unknown_task_id_is_recovered_from_the_checks_and_the_user_with_its_evidence(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
     sims = sim_dicts()
-    sims[1]["task_id"] = "9999"
-    code, _, err = cli(capsys, "import", results_file(tmp_path / "r.json", sims), "--run-dir", tmp_path / "run")
-    assert code == 2 and "unknown retail task '9999'" in err and "pinned tasks" in err
-    assert not (tmp_path / "run").exists()
+    true_id = sims[0]["task_id"]
+    sims[0]["task_id"] = "9999"
+    code, out, _ = cli(capsys, "import", results_file(tmp_path / "r.json", sims), "--run-dir", tmp_path / "run")
+    assert code == 0 and "1 task ids recovered, 0 without a task" in out
+    (attribution,) = RunDir(tmp_path / "run").manifest.imported.attributions
+    assert (attribution.index, attribution.given, attribution.task_id, attribution.status) == (0, "9999", true_id,
+                                                                                               "recovered")
+    assert f"are task {true_id}'s" in attribution.evidence and "the user gave" in attribution.evidence
+    assert sorted(r.task_id for r in records(tmp_path / "run")) == sorted(s.task_id for s in simulations())
+    assert "### Task ids recovered or left out" in (tmp_path / "run" / "report" / "report.md").read_text()
+
+
+def test_task_ids_removed_import_to_the_same_tasks_and_rewards(tmp_path):
+    with_ids = results_file(tmp_path / "ids.json", sim_dicts())
+    without = results_file(tmp_path / "none.json", [{k: v for k, v in s.items() if k != "task_id"} for s in sim_dicts()])
+    given = import_files(tmp_path / "a", [with_ids])
+    recovered = import_files(tmp_path / "b", [without])
+    assert not given.attributions and [a.status for a in recovered.attributions] == ["recovered"] * 3
+    assert all(a.evidence.startswith("no id; recorded checks") for a in recovered.attributions)
+
+    def tasks(run: str) -> list:
+        return [(r.task_id, r.trial, r.simulation["reward_info"]["reward"]) for r in records(tmp_path / run)]
+
+    assert tasks("a") == tasks("b") == [(s.task_id, 0, s.reward_info.reward) for s in simulations()]
+
+
+def test_a_simulation_no_task_explains_is_left_out_and_listed_not_guessed(tmp_path):
+    sims = sim_dicts()
+    sims[1]["task_id"] = None
+    sims[1]["reward_info"]["action_checks"] = [{"action": {"action_id": "x", "name": "cancel_pending_order",
+                                                            "arguments": {"order_id": "#W0000000"}},
+                                                 "action_match": False, "action_reward": 0.0}]
+    section = import_files(tmp_path / "run", [results_file(tmp_path / "r.json", sims)])
+    (left_out,) = section.attributions
+    assert (left_out.index, left_out.task_id, left_out.status) == (1, None, "unmatched")
+    assert "no pinned task recorded these checks" in left_out.evidence
+    assert [r.task_id for r in records(tmp_path / "run")] == [sims[0]["task_id"], sims[2]["task_id"]]
 
 
 def test_reimport_changes_nothing_and_a_changed_file_is_refused(tmp_path, capsys, monkeypatch):
@@ -209,16 +243,22 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
                        "--checkpoint", "toolorchestra")
     assert code == 0
     assert "sonnet (step 0, airline): 50 simulations, 50 agreed, 0 mismatched" in out
-    assert "toolorchestra (step 1, retail): 114 simulations, 19 agreed, 95 mismatched" in out
+    # the retail file's ids were renumbered: recovered from the checks and the user; 8 simulations fall on
+    # four pairs of twin tasks (same checks, same identifiers) and are left out, not guessed
+    assert ("toolorchestra (step 1, retail): 114 simulations, 106 agreed, 0 mismatched (left out of the metrics), "
+            "0 failed to replay (left out), 105 task ids recovered, 8 without a task (left out)") in out
     manifest = RunDir(run).manifest
-    assert len(manifest.imported.reward_mismatches) == 95 and not manifest.imported.replay_errors
+    assert not manifest.imported.reward_mismatches and not manifest.imported.replay_errors
+    twins = {a.index: a.evidence for a in manifest.imported.attributions if a.task_id is None}
+    assert sorted(twins) == [11, 28, 34, 35, 36, 49, 79, 112]
+    assert all(a.evidence for a in manifest.imported.attributions)
+    assert "tasks 96, 97 match equally" in twins[11] and "tasks 83, 84 match equally" in twins[112]
+    assert next(a for a in manifest.imported.attributions if a.index == 0).task_id == "89"  # filed as "0"
     metrics = json.loads((run / "reduced" / "metrics.json").read_text())
-    assert metrics["n_episodes"] == 50 + 19
+    assert metrics["n_episodes"] == 50 + 106
     assert (run / "report" / "episodes" / "index.html").is_file()
     report = (run / "report" / "report.md").read_text()
-    assert "| toolorchestra | 1 | retail | 114 | 19 | 95 | 0 |" in report
-    assert "| toolorchestra | 1.0 | 0.0 | 94 | 0, 1, 2, 3, 4, 5, 7," in report
-    assert "| toolorchestra | 0.0 | 1.0 | 1 | 57 |" in report
+    assert "| toolorchestra | 1 | retail | 114 | 106 | 0 | 0 | 8 |" in report
     offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and any("airline" in p for p in offline) and any("retail" in p for p in offline)
     logged = json.loads((run / "wandb" / "logged.json").read_text())  # each domain's history has its checkpoint
