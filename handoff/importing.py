@@ -38,6 +38,9 @@ from handoff.rundir import (
 from handoff.task_identity import AMBIGUOUS, CONFIRMED, Identity, identify
 
 
+LEFT_OUT_NO_TASK, LEFT_OUT_REPLAY, LEFT_OUT_MISMATCH = "no task", "failed to replay", "reward mismatch"
+
+
 class ImportRefused(HandoffError):
     """Files that cannot be imported (an unknown task, a duplicate episode), or a run directory
     that cannot take them (another run's, or one that imported other content)."""
@@ -225,9 +228,30 @@ def summarize(sources: list[Source], replays: list[list[Replayed]], identities: 
     attributions = [TaskAttribution(file=str(s.path), index=i.index, given=i.given, task_id=i.task_id, status=i.status,
                                     evidence=i.evidence)
                     for s, ids in zip(sources, identities) for i in ids if i.status != CONFIRMED]
-    return ImportSection(files=[s.entry() for s in sources], episodes=sum(len(s.file.simulations) for s in sources),
+    files = [_accounted(s, rs, ids, keep_mismatched) for s, rs, ids in zip(sources, replays, identities)]
+    return ImportSection(files=files, episodes=sum(len(s.file.simulations) for s in sources),
                          keep_mismatched=keep_mismatched, reward_mismatches=mismatches, replay_errors=errors,
                          attributions=attributions)
+
+
+def _accounted(source: Source, replays: list[Replayed], identities: list[Identity], keep_mismatched: bool) -> ImportedFile:
+    """A file's entry with what became of its simulations: kept, left out by reason, and the file's
+    own mean reward beside the kept episodes' re-evaluated one."""
+    records = kept(replays, keep_mismatched)
+    reasons = Counter({LEFT_OUT_NO_TASK: sum(i.task_id is None for i in identities),
+                       LEFT_OUT_REPLAY: sum(r.record is None for r in replays),
+                       LEFT_OUT_MISMATCH: 0 if keep_mismatched else sum(r.record is not None and not r.agrees
+                                                                         for r in replays)})
+    recorded = [r for r in ((s.get("reward_info") or {}).get("reward") for s in source.file.simulations)
+                if isinstance(r, (int, float))]
+    return source.entry().model_copy(update={
+        "kept": len(records), "left_out": {k: v for k, v in reasons.items() if v},
+        "recorded_mean": _mean(recorded),
+        "kept_mean": _mean([r.simulation["reward_info"]["reward"] for r in records])})
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(math.fsum(values) / len(values), 6) if values else None
 
 
 def kept(replays: list[Replayed], keep_mismatched: bool) -> list[EpisodeRecord]:

@@ -71,6 +71,13 @@ class ImportedFile(BaseModel):
     domain: str
     agent: str | None = Field(None, description="the agent model the file names (info.agent_info.llm)")
     episodes: int = Field(description="simulations in the file")
+    kept: int | None = Field(None, exclude_if=lambda v: v is None, description="episodes in the metrics")
+    left_out: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v,
+                                     description="episodes left out of the metrics, by reason")
+    recorded_mean: float | None = Field(None, exclude_if=lambda v: v is None,
+                                        description="the file's own mean reward, over all its simulations")
+    kept_mean: float | None = Field(None, exclude_if=lambda v: v is None,
+                                    description="the re-evaluated mean reward of the episodes kept")
 
 
 class RewardMismatch(BaseModel):

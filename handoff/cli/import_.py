@@ -13,6 +13,7 @@ nothing; a file changed since is refused for the run.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers) -> None:
@@ -34,6 +35,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.importing import counts, import_files
+    from handoff.report.imported import left_out_warnings
     from handoff.report import finish_run
 
     section = import_files(args.run_dir, args.files, name=args.name, domain=args.domain,
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{entry.path}: {entry.checkpoint} (step {entry.step}, {entry.domain}): {entry.episodes} simulations, "
               f"{agreed} agreed, {mismatched} mismatched ({fate}), {failed} failed to replay (left out), "
               f"{recovered} task ids recovered, {unattributed} without a task (left out)")
+    for warning in left_out_warnings(section):
+        print(f"WARNING: {warning}", file=sys.stderr)
     paths = finish_run(args.run_dir)
     print("\n".join(f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")))
     return 0

@@ -19,3 +19,43 @@ def attribution_lines(section: ImportSection, table: Callable[[list[str], list[l
         ["checkpoint", "simulation", "given id", "task", "status", "evidence"],
         [[checkpoint[a.file], a.index, a.given if a.given is not None else "-", a.task_id or "-", a.status,
           a.evidence.replace("|", "/")] for a in section.attributions])
+
+
+SMALL_SHARE = 0.05
+"""A file with more than this share of its simulations left out of the metrics is warned about."""
+MARKED = 0.05
+"""A kept subset whose mean reward differs from the file's own by more than this is warned about."""
+LIKELY_CAUSE = {
+    "no task": "simulations no pinned task explains (twin tasks without an id, or tasks the pinned tau2 lacks)",
+    "failed to replay": "dialogues the pinned tau2 does not replay (another tau2's tools or database)",
+    "reward mismatch": "rewards the pinned tasks grade otherwise (ids naming other tasks, or tasks changed since)",
+    "drifted": "tasks whose definition in the file differs from the pinned one (another tau2 version)",
+}
+
+
+def left_out_warnings(section: ImportSection | None) -> list[str]:
+    """One line per file whose metrics leave out more than a small share of it, or whose kept
+    episodes' mean reward is markedly not the file's own."""
+    lines = []
+    for f in section.files if section is not None else []:
+        if f.kept is None:
+            continue
+        out = f.episodes - f.kept
+        if out > SMALL_SHARE * f.episodes:
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(f.left_out.items(), key=lambda kv: -kv[1]))
+            cause = LIKELY_CAUSE.get(max(f.left_out, key=f.left_out.get), "") if f.left_out else ""
+            lines.append(f"{f.checkpoint} ({f.domain}): {f.kept} of {f.episodes} simulations in the metrics, "
+                         f"{out} left out ({reasons}); likely cause: {cause}")
+        if f.recorded_mean is not None and f.kept_mean is not None and abs(f.recorded_mean - f.kept_mean) > MARKED:
+            lines.append(f"{f.checkpoint} ({f.domain}): the file's own mean reward is {f.recorded_mean:.3f} over its "
+                         f"{f.episodes} simulations, the {f.kept} kept re-evaluate to {f.kept_mean:.3f}: its metrics "
+                         "do not describe the whole file")
+    return lines
+
+
+def episodes_note(section: ImportSection | None, checkpoint: str, domain: str) -> str:
+    """`of N, k left out` beside a headline row's episodes when its files lost some."""
+    files = [f for f in section.files if f.checkpoint == checkpoint and domain in ("all", f.domain)
+             and f.kept is not None] if section is not None else []
+    total, kept = sum(f.episodes for f in files), sum(f.kept for f in files)
+    return f" of {total}, {total - kept} left out" if total > kept else ""

@@ -10,7 +10,7 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
-from handoff.report.imported import attribution_lines
+from handoff.report.imported import attribution_lines, episodes_note, left_out_warnings
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -136,6 +136,7 @@ def imported(section: ImportSection | None) -> list[str]:
     lines = ["## Imported tau2 files", "",
              (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
               f"Reward mismatches are {fate}; episodes that could not be replayed are left out."), ""]
+    lines += [f"**Warning: {w}.**\n" for w in left_out_warnings(section)]
     rows = []
     for f in section.files:
         mismatched = sum(m.file == f.path for m in section.reward_mismatches)
@@ -184,7 +185,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
              *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
-                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
+                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain)
+                     + episodes_note(run.manifest.imported, model, domain),
                      *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
     adaptive = adaptive_result(run)

@@ -239,7 +239,7 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
     monkeypatch.delenv("WANDB_DIR", raising=False)
     airline, retail = sorted(SHARED.glob("claude*.json.gz")) + sorted(SHARED.glob("toolorchestra*.json.gz"))
     run = tmp_path / "imported"
-    code, out, _ = cli(capsys, "import", airline, retail, "--run-dir", run, "--checkpoint", "sonnet",
+    code, out, err = cli(capsys, "import", airline, retail, "--run-dir", run, "--checkpoint", "sonnet",
                        "--checkpoint", "toolorchestra")
     assert code == 0
     assert "sonnet (step 0, airline): 50 simulations, 50 agreed, 0 mismatched" in out
@@ -259,6 +259,9 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
     assert (run / "report" / "episodes" / "index.html").is_file()
     report = (run / "report" / "report.md").read_text()
     assert "| toolorchestra | 1 | retail | 114 | 106 | 0 | 0 | 8 |" in report
+    assert "**Warning: toolorchestra (retail): 106 of 114 simulations in the metrics, 8 left out (8 no task)" in report
+    assert "| toolorchestra | 1 | retail | [106](" in report and " of 114, 8 left out |" in report
+    assert "WARNING: toolorchestra (retail): 106 of 114" in err
     offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and any("airline" in p for p in offline) and any("retail" in p for p in offline)
     logged = json.loads((run / "wandb" / "logged.json").read_text())  # each domain's history has its checkpoint
@@ -301,3 +304,35 @@ def test_checkpoint_names_whose_shard_ids_collide_are_refused_naming_both(tmp_pa
     assert not (tmp_path / "run").exists()
     distinct = import_files(tmp_path / "ok", [a, b], checkpoints=["sft/step-100", "sft-step-200"])
     assert len(distinct.files) == 2 and len(records(tmp_path / "ok")) == 6  # both files' episodes kept
+
+
+def test_a_file_losing_more_than_a_small_share_is_warned_about_loudly_and_in_the_report(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    clean = results_file(tmp_path / "clean.json", sim_dicts())
+    code, _, err = cli(capsys, "import", clean, "--run-dir", tmp_path / "clean")
+    assert code == 0 and "WARNING" not in err  # nothing left out: no warning, no note
+    clean_report = (tmp_path / "clean" / "report" / "report.md").read_text()
+    assert " of 3, " not in clean_report.split("## Headline metrics")[1].split("\n## ")[0]
+    sims = sim_dicts()
+    wrong = next(i for i, s in enumerate(simulations()) if s.reward_info.reward == 0.0)
+    sims[wrong]["reward_info"]["reward"] = 1.0  # recorded 1.0, re-evaluated 0.0: left out
+    code, _, err = cli(capsys, "import", results_file(tmp_path / "r.json", sims), "--run-dir", tmp_path / "run")
+    assert code == 0
+    assert ("WARNING: agent-x (retail): 2 of 3 simulations in the metrics, 1 left out (1 reward mismatch); "
+            "likely cause: rewards the pinned tasks grade otherwise") in err
+    (entry,) = RunDir(tmp_path / "run").manifest.imported.files
+    assert (entry.kept, entry.left_out, entry.recorded_mean, entry.kept_mean) == (2, {"reward mismatch": 1}, 1.0, 1.0)
+    assert "mean reward" not in err  # the kept ones' mean is the file's own: nothing to say
+    report = (tmp_path / "run" / "report" / "report.md").read_text()
+    assert "**Warning: agent-x (retail): 2 of 3 simulations in the metrics" in report
+    headline = report.split("## Headline metrics")[1].split("\n## ")[0]
+    assert headline.count(" of 3, 1 left out") == 2  # the retail row and the all-domains row
+
+    sims = sim_dicts()
+    right = next(i for i, s in enumerate(simulations()) if s.reward_info.reward == 1.0)
+    sims[right]["reward_info"]["reward"] = 0.0  # a success recorded as a failure: left out, the kept mean rises
+    code, _, err = cli(capsys, "import", results_file(tmp_path / "s.json", sims), "--run-dir", tmp_path / "skew")
+    (entry,) = RunDir(tmp_path / "skew").manifest.imported.files
+    assert (entry.recorded_mean, entry.kept_mean) == (pytest.approx(1 / 3, abs=1e-6), 0.5)
+    assert ("the file's own mean reward is 0.333 over its 3 simulations, the 2 kept re-evaluate to 0.500: its "
+            "metrics do not describe the whole file") in err
