@@ -22,10 +22,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from handoff.drift import Drift, file_drift
 from handoff.errors import HandoffError
 from handoff.records import EpisodeRecord, Usage, read_shard, write_shard
 from handoff.rules import Tau2File, Trajectory, read_tau2_file
 from handoff.rundir import (
+    FileDrift,
     ImportedFile,
     ImportSection,
     Manifest,
@@ -37,8 +39,8 @@ from handoff.rundir import (
 )
 from handoff.task_identity import AMBIGUOUS, CONFIRMED, Identity, identify
 
-
 LEFT_OUT_NO_TASK, LEFT_OUT_REPLAY, LEFT_OUT_MISMATCH = "no task", "failed to replay", "reward mismatch"
+LEFT_OUT_DRIFTED = "drifted"
 
 
 class ImportRefused(HandoffError):
@@ -55,11 +57,25 @@ class Source:
     file: Tau2File
     checkpoint: str
     step: int
+    drift: Drift | None = None
+    variant: str | None = None
+    keep_drifted: bool = False
+
+    @property
+    def dropped_tasks(self) -> frozenset[str]:
+        """The drifted tasks whose episodes are left out of the metrics."""
+        return frozenset() if self.keep_drifted or self.drift is None else frozenset(self.drift.tasks)
 
     def entry(self) -> ImportedFile:
+        drift = None
+        if self.drift is not None and (self.drift.any or self.variant or self.drift.tau2_commit):
+            drift = FileDrift(tau2_commit=self.drift.tau2_commit, tasks=self.drift.tasks,
+                              user_guidelines_differ=self.drift.user_guidelines_differ,
+                              policy_differs=self.drift.policy_differs, domain_variant=self.variant,
+                              kept=self.keep_drifted and (self.drift.any or bool(self.variant)))
         return ImportedFile(path=str(self.path), sha256=self.sha256, format=self.file.format,
                             checkpoint=self.checkpoint, step=self.step, domain=self.file.domain,
-                            agent=self.file.agent, episodes=len(self.file.simulations))
+                            agent=self.file.agent, episodes=len(self.file.simulations), drift=drift)
 
 
 @dataclass(frozen=True)
@@ -84,21 +100,39 @@ class Replayed:
 
 
 def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints: list[str] | None = None,
-                 steps: list[int] | None = None) -> list[Source]:
+                 steps: list[int] | None = None, keep_drifted: bool = False) -> list[Source]:
     """The files in command-line order. A file's checkpoint is `checkpoints[i]`, else the agent model
     it names, else its file name, made unique with -2, -3...; its step is `steps[i]`, else i."""
     checkpoints, steps = list(checkpoints or []), list(steps or [])
     for option, given in (("--checkpoint", checkpoints), ("--step", steps)):
         if given and len(given) != len(paths):
             raise ImportRefused(f"{len(given)} {option} value(s) for {len(paths)} file(s): give one per file, in order")
-    files = [read_tau2_file(path, domain) for path in paths]
+    files, variants = zip(*(_pinned_domain(path, read_tau2_file(path, domain), keep_drifted) for path in paths))
     names = checkpoints or _unique([f.agent or _stem(p) for f, p in zip(files, paths)])
     if len(set(names)) != len(names):
         raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
     _refuse_colliding_ids(names, [f.domain for f in files])
     return [Source(path=Path(p).resolve(), sha256=hashlib.sha256(Path(p).read_bytes()).hexdigest(), file=f,
-                   checkpoint=name, step=steps[i] if steps else i)
-            for i, (p, f, name) in enumerate(zip(paths, files, names))]
+                   checkpoint=name, step=steps[i] if steps else i, drift=file_drift(f.domain, f.info, f.tasks),
+                   variant=variant, keep_drifted=keep_drifted)
+            for i, (p, f, name, variant) in enumerate(zip(paths, files, names, variants))]
+
+
+def _pinned_domain(path: str | Path, file: Tau2File, keep_drifted: bool) -> tuple[Tau2File, str | None]:
+    """The file, and the policy variant it names (airline_tighter_policy: airline with an edited
+    policy), refused unless --keep-drifted, which imports it as its pinned domain."""
+    from handoff.tasks import DOMAINS
+
+    if file.domain in DOMAINS:
+        return file, None
+    base = next((d for d in DOMAINS if file.domain.startswith(f"{d}_")), None)
+    if base is None:
+        raise ImportRefused(f"{path}: domain {file.domain!r} is none of the pinned tau2's ({', '.join(DOMAINS)})")
+    if not keep_drifted:
+        raise ImportRefused(f"{path}: domain {file.domain!r} is {base} with an edited policy (a policy variant): its "
+                            f"rewards are comparable with no run under the pinned {base} policy; --keep-drifted "
+                            f"imports it as {base}, marked as drifted")
+    return file._replace(domain=base), file.domain
 
 
 def _stem(path: str | Path) -> str:
@@ -165,13 +199,13 @@ def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[di
 
 
 def replay_file(source: Source) -> tuple[list[Replayed], list[Identity]]:
-    """Every simulation whose task is known (handoff.task_identity) re-evaluated against that pinned
-    task, and each simulation's identity. A (task, trial) that two simulations claim by their given
+    """Every simulation whose task is known (handoff.task_identity) and not a drifted one left out
+    re-evaluated against that pinned task, and each simulation's identity. A (task, trial) that two simulations claim by their given
     ids is an error naming it; one reached by recovery is left out as ambiguous."""
     identities = identify_file(source)
     out, trials, seen = [], Counter(), {}
     for sim, identity in zip(source.file.simulations, identities):
-        if identity.task_id is None:
+        if identity.task_id is None or identity.task_id in source.dropped_tasks:
             continue
         task = pinned_task(source.file.domain, identity.task_id, source.path)
         trial = sim["trial"] if isinstance(sim.get("trial"), int) else trials[task.id]
@@ -230,7 +264,7 @@ def summarize(sources: list[Source], replays: list[list[Replayed]], identities: 
                     for s, ids in zip(sources, identities) for i in ids if i.status != CONFIRMED]
     files = [_accounted(s, rs, ids, keep_mismatched) for s, rs, ids in zip(sources, replays, identities)]
     return ImportSection(files=files, episodes=sum(len(s.file.simulations) for s in sources),
-                         keep_mismatched=keep_mismatched, reward_mismatches=mismatches, replay_errors=errors,
+                         keep_mismatched=keep_mismatched, keep_drifted=any(s.keep_drifted for s in sources), reward_mismatches=mismatches, replay_errors=errors,
                          attributions=attributions)
 
 
@@ -239,6 +273,7 @@ def _accounted(source: Source, replays: list[Replayed], identities: list[Identit
     own mean reward beside the kept episodes' re-evaluated one."""
     records = kept(replays, keep_mismatched)
     reasons = Counter({LEFT_OUT_NO_TASK: sum(i.task_id is None for i in identities),
+                       LEFT_OUT_DRIFTED: sum(i.task_id in source.dropped_tasks for i in identities),
                        LEFT_OUT_REPLAY: sum(r.record is None for r in replays),
                        LEFT_OUT_MISMATCH: 0 if keep_mismatched else sum(r.record is not None and not r.agrees
                                                                          for r in replays)})
@@ -261,17 +296,17 @@ def kept(replays: list[Replayed], keep_mismatched: bool) -> list[EpisodeRecord]:
 
 def import_files(run_dir: str | Path, paths: list[str | Path], *, name: str | None = None, domain: str | None = None,
                  checkpoints: list[str] | None = None, steps: list[int] | None = None,
-                 keep_mismatched: bool = False) -> ImportSection:
+                 keep_mismatched: bool = False, keep_drifted: bool = False) -> ImportSection:
     """Write (or find already written) the run directory of these files: manifest.json with its
     `import` section, one shard per file. Nothing is written unless every file reads and replays
     (episodes tau2 cannot replay are listed, not fatal). Reducing and reporting is finish_run's."""
     run = RunPaths(run_dir)
-    sources = read_sources(paths, domain, checkpoints, steps)
+    sources = read_sources(paths, domain, checkpoints, steps, keep_drifted)
     old = _existing(run, sources)
     replays, identities = zip(*(replay_file(s) for s in sources))
     section = summarize(sources, replays, identities, keep_mismatched)
     if old is not None and old.imported != section:
-        raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, "
+        raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, --keep-drifted, "
                             "or rewards re-evaluated differently by another tau2): import into a new --run-dir")
     with _locked(run):
         if old is None:
@@ -332,11 +367,14 @@ def _locked(run: RunPaths):
         yield
 
 
-def counts(section: ImportSection, path: str) -> tuple[int, int, int, int, int]:
-    """(agreed, mismatched, failed to replay, task recovered, no task attributed) of one imported file."""
+def counts(section: ImportSection, path: str) -> tuple[int, int, int, int, int, int]:
+    """(agreed, mismatched, failed to replay, task recovered, no task attributed, drifted left out)
+    of one imported file."""
     entry = next(f for f in section.files if f.path == path)
     mismatched = sum(m.file == path for m in section.reward_mismatches)
     failed = sum(e.file == path for e in section.replay_errors)
     recovered = sum(a.file == path and a.task_id is not None for a in section.attributions)
     unattributed = sum(a.file == path and a.task_id is None for a in section.attributions)
-    return entry.episodes - mismatched - failed - unattributed, mismatched, failed, recovered, unattributed
+    drifted = entry.left_out.get(LEFT_OUT_DRIFTED, 0)
+    return (entry.episodes - mismatched - failed - unattributed - drifted, mismatched, failed, recovered,
+            unattributed, drifted)

@@ -60,6 +60,18 @@ def checked_id(shard_id: str) -> str:
     return shard_id
 
 
+class FileDrift(BaseModel):
+    """How an imported results file differs from the pinned tau2 (handoff.drift)."""
+
+    tau2_commit: str | None = Field(None, description="the tau2 commit the file records (info.git_commit)")
+    tasks: dict[str, list[str]] = Field(default_factory=dict,
+                                        description="task id -> the parts of its embedded definition not pinned")
+    user_guidelines_differ: bool = False
+    policy_differs: bool = False
+    domain_variant: str | None = Field(None, description="the domain the file names when it is a policy variant")
+    kept: bool = Field(False, description="--keep-drifted: the drifted tasks' episodes are in the metrics")
+
+
 class ImportedFile(BaseModel):
     """One tau2 file imported by `handoff import` (handoff.importing): one checkpoint."""
 
@@ -72,6 +84,7 @@ class ImportedFile(BaseModel):
     agent: str | None = Field(None, description="the agent model the file names (info.agent_info.llm)")
     episodes: int = Field(description="simulations in the file")
     kept: int | None = Field(None, exclude_if=lambda v: v is None, description="episodes in the metrics")
+    drift: FileDrift | None = Field(None, exclude_if=lambda v: v is None)
     left_out: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v,
                                      description="episodes left out of the metrics, by reason")
     recorded_mean: float | None = Field(None, exclude_if=lambda v: v is None,
@@ -116,6 +129,7 @@ class ImportSection(BaseModel):
     files: list[ImportedFile]
     episodes: int
     keep_mismatched: bool = False
+    keep_drifted: bool = Field(False, exclude_if=lambda v: not v)
     reward_mismatches: list[RewardMismatch] = Field(default_factory=list)
     replay_errors: list[ReplayFailure] = Field(default_factory=list)
     attributions: list[TaskAttribution] = Field(default_factory=list, exclude_if=lambda v: not v)

@@ -30,23 +30,29 @@ def register(subparsers) -> None:
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep episodes whose re-evaluated reward differs from the recorded one (with the "
                              "re-evaluated reward)")
+    parser.add_argument("--keep-drifted", action="store_true",
+                        help="keep the episodes of tasks whose definition in the file differs from the pinned one "
+                             "(left out by default), and import a policy variant (airline_tighter_policy) as its "
+                             "domain; both marked as drifted in the manifest and the report")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from handoff.importing import counts, import_files
-    from handoff.report.imported import left_out_warnings
     from handoff.report import finish_run
+    from handoff.report.imported import drift_lines, left_out_warnings
 
     section = import_files(args.run_dir, args.files, name=args.name, domain=args.domain,
-                           checkpoints=args.checkpoint, steps=args.step, keep_mismatched=args.keep_mismatched)
+                           checkpoints=args.checkpoint, steps=args.step, keep_mismatched=args.keep_mismatched,
+                           keep_drifted=args.keep_drifted)
     fate = "kept, with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
     for entry in section.files:
-        agreed, mismatched, failed, recovered, unattributed = counts(section, entry.path)
+        agreed, mismatched, failed, recovered, unattributed, drifted = counts(section, entry.path)
         print(f"{entry.path}: {entry.checkpoint} (step {entry.step}, {entry.domain}): {entry.episodes} simulations, "
               f"{agreed} agreed, {mismatched} mismatched ({fate}), {failed} failed to replay (left out), "
-              f"{recovered} task ids recovered, {unattributed} without a task (left out)")
-    for warning in left_out_warnings(section):
+              f"{recovered} task ids recovered, {unattributed} without a task (left out)"
+              + (f", {drifted} of drifted tasks (left out)" if drifted else ""))
+    for warning in drift_lines(section) + left_out_warnings(section):
         print(f"WARNING: {warning}", file=sys.stderr)
     paths = finish_run(args.run_dir)
     print("\n".join(f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")))

@@ -13,9 +13,9 @@ def attribution_lines(section: ImportSection, table: Callable[[list[str], list[l
         return []
     checkpoint = {f.path: f.checkpoint for f in section.files}
     return ["### Task ids recovered or left out", "",
-            "The file's task id was missing or contradicted by the simulation's recorded checks and the "
-            "identifiers its user gave (handoff.task_identity); re-evaluated against the recovered task. "
-            "Without a task (ambiguous, unmatched) the simulation is left out of the metrics.", ""] + table(
+            ("The file's task id was missing or contradicted by the simulation's recorded checks and the "
+             "identifiers its user gave (handoff.task_identity); re-evaluated against the recovered task. "
+             "Without a task (ambiguous, unmatched) the simulation is left out of the metrics."), ""] + table(
         ["checkpoint", "simulation", "given id", "task", "status", "evidence"],
         [[checkpoint[a.file], a.index, a.given if a.given is not None else "-", a.task_id or "-", a.status,
           a.evidence.replace("|", "/")] for a in section.attributions])
@@ -59,3 +59,29 @@ def episodes_note(section: ImportSection | None, checkpoint: str, domain: str) -
              and f.kept is not None] if section is not None else []
     total, kept = sum(f.episodes for f in files), sum(f.kept for f in files)
     return f" of {total}, {total - kept} left out" if total > kept else ""
+
+
+def drift_lines(section: ImportSection | None) -> list[str]:
+    """One line per file that differs from the pinned tau2: its tasks (which parts), the user
+    simulator's guidelines, the policy, and what became of its episodes."""
+    lines = []
+    for f in section.files if section is not None else []:
+        drift = f.drift
+        if drift is None:
+            continue
+        what = []
+        if drift.domain_variant:
+            what.append(f"its domain {drift.domain_variant!r} is a policy variant, imported as {f.domain}")
+        if drift.tasks:
+            fate = "kept, marked as drifted" if drift.kept else "left out of the metrics; --keep-drifted keeps them"
+            what.append(f"{len(drift.tasks)} task(s) differ from the pinned ones ({fate}): "
+                        + "; ".join(f"{i} ({', '.join(parts)})" for i, parts in drift.tasks.items()))
+        if drift.user_guidelines_differ:
+            what.append("the user simulator's global_simulation_guidelines differ from the pinned tau2's "
+                        "(its users are not ours: comparable with nothing)")
+        if drift.policy_differs:
+            what.append("its domain policy differs from the pinned tau2's")
+        if what:
+            lines.append(f"{f.checkpoint} ({f.domain}, tau2 commit {drift.tau2_commit or 'not recorded'}): "
+                         + "; ".join(what))
+    return lines

@@ -10,7 +10,7 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
-from handoff.report.imported import attribution_lines, episodes_note, left_out_warnings
+from handoff.report.imported import attribution_lines, drift_lines, episodes_note, left_out_warnings
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -136,7 +136,7 @@ def imported(section: ImportSection | None) -> list[str]:
     lines = ["## Imported tau2 files", "",
              (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
               f"Reward mismatches are {fate}; episodes that could not be replayed are left out."), ""]
-    lines += [f"**Warning: {w}.**\n" for w in left_out_warnings(section)]
+    lines += [f"**Warning: {w}.**\n" for w in drift_lines(section) + left_out_warnings(section)]
     rows = []
     for f in section.files:
         mismatched = sum(m.file == f.path for m in section.reward_mismatches)

@@ -49,10 +49,16 @@ def sim_dicts() -> list[dict]:
     return [s.model_dump(mode="json") for s in simulations()]
 
 
-def results_file(path: Path, sims: list[dict], agent: str | None = "agent-x", domain: bool = True) -> Path:
+def results_data(sims: list[dict], agent: str | None = "agent-x") -> dict:
+    """A tau2 results file's JSON holding `sims`, the pinned tasks embedded as `tau2 run` does."""
     data = tau2_results("retail", [s.task_id for s in simulations()], list(simulations())).model_dump(mode="json")
     data["simulations"] = sims
     data["info"]["agent_info"]["llm"] = agent
+    return data
+
+
+def results_file(path: Path, sims: list[dict], agent: str | None = "agent-x", domain: bool = True) -> Path:
+    data = results_data(sims, agent)
     if not domain:
         del data["info"]["environment_info"]["domain_name"]
     return write(path, data)
@@ -336,3 +342,57 @@ def test_a_file_losing_more_than_a_small_share_is_warned_about_loudly_and_in_the
     assert (entry.recorded_mean, entry.kept_mean) == (pytest.approx(1 / 3, abs=1e-6), 0.5)
     assert ("the file's own mean reward is 0.333 over its 3 simulations, the 2 kept re-evaluate to 0.500: its "
             "metrics do not describe the whole file") in err
+
+
+def test_a_task_whose_embedded_scenario_was_edited_is_named_drifted_and_left_out(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    data = results_data(sim_dicts())
+    edited = data["tasks"][1]
+    edited["user_scenario"]["instructions"]["reason_for_call"] += " You also want a refund."
+    path = write(tmp_path / "r.json", data)
+    code, out, err = cli(capsys, "import", path, "--run-dir", tmp_path / "run")
+    assert code == 0 and "1 of drifted tasks (left out)" in out
+    assert (f"1 task(s) differ from the pinned ones (left out of the metrics; --keep-drifted keeps them): "
+            f"{edited['id']} (scenario)") in err
+    (entry,) = RunDir(tmp_path / "run").manifest.imported.files
+    assert (entry.drift.tasks, entry.drift.kept, entry.left_out) == ({edited["id"]: ["scenario"]}, False,
+                                                                    {"drifted": 1})
+    assert edited["id"] not in {r.task_id for r in records(tmp_path / "run")}
+    assert "(scenario)" in (tmp_path / "run" / "report" / "report.md").read_text()
+    kept = import_files(tmp_path / "kept", [path], keep_drifted=True)
+    assert kept.files[0].drift.kept and not kept.files[0].left_out
+    assert edited["id"] in {r.task_id for r in records(tmp_path / "kept")}
+    # the pinned tasks as they are: no drift named, nothing left out
+    clean = import_files(tmp_path / "clean", [write(tmp_path / "c.json", results_data(sim_dicts()))])
+    assert not clean.files[0].drift.tasks and not clean.files[0].left_out
+
+
+def test_other_user_simulator_guidelines_are_flagged(tmp_path, capsys, monkeypatch):
+    from tau2.user.user_simulator import get_global_user_sim_guidelines
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    data = results_data(sim_dicts())
+    data["info"]["user_info"]["global_simulation_guidelines"] = get_global_user_sim_guidelines() + "\nBe terse."
+    code, _, err = cli(capsys, "import", write(tmp_path / "r.json", data), "--run-dir", tmp_path / "run")
+    assert code == 0 and "global_simulation_guidelines differ from the pinned tau2's" in err
+    assert RunDir(tmp_path / "run").manifest.imported.files[0].drift.user_guidelines_differ
+    data["info"]["user_info"]["global_simulation_guidelines"] = get_global_user_sim_guidelines()
+    same = import_files(tmp_path / "same", [write(tmp_path / "s.json", data)])
+    assert not same.files[0].drift.user_guidelines_differ
+
+
+def test_a_policy_variant_is_refused_with_its_reason_and_kept_when_asked(tmp_path, capsys):
+    data = results_data(sim_dicts())
+    data["info"]["environment_info"]["domain_name"] = "retail_tighter_policy"
+    data["info"]["environment_info"]["policy"] = "A tighter policy."
+    path = write(tmp_path / "r.json", data)
+    code, _, err = cli(capsys, "import", path, "--run-dir", tmp_path / "run")
+    assert code == 2 and "'retail_tighter_policy' is retail with an edited policy" in err and "--keep-drifted" in err
+    assert "unknown domain" not in err and not (tmp_path / "run").exists()
+    kept = import_files(tmp_path / "kept", [path], keep_drifted=True)
+    drift = kept.files[0].drift
+    assert (kept.files[0].domain, drift.domain_variant, drift.policy_differs, drift.kept) == (
+        "retail", "retail_tighter_policy", True, True)
+    data["info"]["environment_info"]["domain_name"] = "banking"
+    code, _, err = cli(capsys, "import", write(tmp_path / "b.json", data), "--run-dir", tmp_path / "run2")
+    assert code == 2 and "'banking' is none of the pinned tau2's (airline, retail)" in err
