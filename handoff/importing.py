@@ -43,6 +43,9 @@ LEFT_OUT_NO_TASK, LEFT_OUT_REPLAY, LEFT_OUT_MISMATCH = "no task", "failed to rep
 LEFT_OUT_DRIFTED = "drifted"
 
 
+MAX_ERROR = 8000  # characters of a replay error kept (tau2's name the tool call, its result and the expected one)
+
+
 class ImportRefused(HandoffError):
     """Files that cannot be imported (an unknown task, a duplicate episode), or a run directory
     that cannot take them (another run's, or one that imported other content)."""
@@ -88,6 +91,7 @@ class Replayed:
     recorded: float | None
     record: EpisodeRecord | None
     error: str | None = None
+    diverged_at: int | None = None
 
     @property
     def reevaluated(self) -> float | None:
@@ -181,7 +185,7 @@ def pinned_task(domain: str, task_id: str, where: str | Path):
 
 def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[dict | None, str | None]:
     """tau2's RewardInfo (as JSON) of a simulation replayed on `task` by tau2's evaluator
-    (handoff.fasteval), or, when the replay raises, None and the error's first line."""
+    (handoff.fasteval), or, when the replay raises, None and the whole error (type and message)."""
     from pydantic import ValidationError
     from tau2.data_model.simulation import SimulationRun
 
@@ -194,8 +198,21 @@ def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[di
     try:
         return evaluate_simulation(run, task, domain).model_dump(mode="json"), None
     except Exception as exc:  # noqa: BLE001 - tau2 raises what the replay met; the episode is listed, not lost
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return None, f"{type(exc).__name__}: {first}"[:500]
+        # without the messages' timestamps: tau2 stamps its own result with the time now (a re-import must match)
+        message = re.sub(r"^timestamp: .*\n?", "", str(exc).strip(), flags=re.M)
+        return None, f"{type(exc).__name__}: {message}"[:MAX_ERROR]
+
+
+def divergence_index(sim: dict, error: str | None) -> int | None:
+    """The index (in the file's messages) of the tool result the replay did not reproduce, when the
+    error names its tool call (tau2's `Tool call: ... id: call_0 ... Returned:`); None otherwise."""
+    call = (error or "").partition("Tool call:")[2].partition("Returned:")[0]
+    found = re.search(r"^id(?::\s*|=')([^'\s]+)", call, re.M)
+    if found is None:
+        return None
+    messages = sim.get("messages") or []
+    return next((i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("id") == found.group(1)),
+                None)
 
 
 def replay_file(source: Source) -> tuple[list[Replayed], list[Identity]]:
@@ -240,7 +257,7 @@ def replay(source: Source, sim: dict, task, trial: int) -> Replayed:
     sim = {**sim, "task_id": task.id}  # the task it is re-evaluated on: the given id, or the one recovered
     reward_info, error = reevaluate(sim, domain, task, source.path)
     if reward_info is None:
-        return Replayed(task.id, trial, recorded, None, error)
+        return Replayed(task.id, trial, recorded, None, error, divergence_index(sim, error))
     # the file's own dict, not a SimulationRun's dump: tau2 fills a missing message timestamp with the time now
     simulation = {**sim, "reward_info": reward_info, "trial": trial}
     traj = Trajectory.from_simulation(simulation, domain)
@@ -257,7 +274,8 @@ def summarize(sources: list[Source], replays: list[list[Replayed]], identities: 
     mismatches = [RewardMismatch(file=str(s.path), task_id=r.task_id, trial=r.trial, recorded=r.recorded,
                                  reevaluated=r.reevaluated)
                   for s, rs in zip(sources, replays) for r in rs if r.record is not None and not r.agrees]
-    errors = [ReplayFailure(file=str(s.path), task_id=r.task_id, trial=r.trial, error=r.error)
+    errors = [ReplayFailure(file=str(s.path), task_id=r.task_id, trial=r.trial, error=r.error,
+                            message_index=r.diverged_at)
               for s, rs in zip(sources, replays) for r in rs if r.record is None]
     attributions = [TaskAttribution(file=str(s.path), index=i.index, given=i.given, task_id=i.task_id, status=i.status,
                                     evidence=i.evidence)

@@ -105,7 +105,10 @@ class ReplayFailure(BaseModel):
     file: str
     task_id: str
     trial: int
-    error: str = Field(description="the first line of the error tau2's evaluator raised")
+    error: str = Field(description="the error tau2's evaluator raised, whole (its type and message)")
+    message_index: int | None = Field(None, exclude_if=lambda v: v is None,
+                                      description="the file's message where the replay diverged (the tool result "
+                                                  "the pinned tau2 did not reproduce)")
 
 
 class TaskAttribution(BaseModel):

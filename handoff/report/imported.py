@@ -85,3 +85,19 @@ def drift_lines(section: ImportSection | None) -> list[str]:
             lines.append(f"{f.checkpoint} ({f.domain}, tau2 commit {drift.tau2_commit or 'not recorded'}): "
                          + "; ".join(what))
     return lines
+
+
+def replay_error_lines(section: ImportSection, table: Callable[[list[str], list[list]], list[str]]) -> list[str]:
+    """The episodes tau2 could not replay: a row each (the error's first line, the message where the
+    replay diverged), then each error whole."""
+    if not section.replay_errors:
+        return []
+    checkpoint = {f.path: f.checkpoint for f in section.files}
+    lines = ["### Replay errors", ""] + table(
+        ["checkpoint", "task", "trial", "diverged at message", "error"],
+        [[checkpoint[e.file], e.task_id, e.trial, "-" if e.message_index is None else e.message_index,
+          f"`{(e.error.splitlines() or [''])[0].replace('`', '')}`"] for e in section.replay_errors])
+    for e in section.replay_errors:
+        lines += [f"{checkpoint[e.file]}, task {e.task_id} trial {e.trial}:", "", "```",
+                  e.error.replace("```", "'''"), "```", ""]
+    return lines

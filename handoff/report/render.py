@@ -10,7 +10,13 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
-from handoff.report.imported import attribution_lines, drift_lines, episodes_note, left_out_warnings
+from handoff.report.imported import (
+    attribution_lines,
+    drift_lines,
+    episodes_note,
+    left_out_warnings,
+    replay_error_lines,
+)
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -155,11 +161,7 @@ def imported(section: ImportSection | None) -> list[str]:
         lines += ["### Reward mismatches", ""] + table(
             ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
             [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
-    if section.replay_errors:
-        lines += ["### Replay errors", ""] + table(
-            ["checkpoint", "task", "trial", "error"],
-            [[checkpoint[e.file], e.task_id, e.trial, f"`{e.error.replace('`', '')}`"] for e in section.replay_errors])
-    return lines + attribution_lines(section, table)
+    return lines + replay_error_lines(section, table) + attribution_lines(section, table)
 
 
 def _reachable_tau2_table(reduction: Reduction) -> list[str]:

@@ -147,17 +147,23 @@ def test_a_mismatched_reward_is_listed_and_left_out_unless_kept(tmp_path):
 def test_an_unreplayable_simulation_is_listed_with_its_error_and_left_out(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     sims = sim_dicts()
-    tool = next(m for m in sims[0]["messages"] if m["role"] == "tool")
+    at, tool = next((i, m) for i, m in enumerate(sims[0]["messages"]) if m["role"] == "tool")
     tool["content"] = '{"user_id": "someone_else"}'  # a result the pinned tau2 does not reproduce
     path = results_file(tmp_path / "r.json", sims)
     code, out, _ = cli(capsys, "import", path, "--run-dir", tmp_path / "run")
     assert code == 0 and "3 simulations, 2 agreed, 0 mismatched (left out of the metrics), 1 failed to replay" in out
     (failure,) = RunDir(tmp_path / "run").manifest.imported.replay_errors
-    assert failure.task_id == sims[0]["task_id"] and failure.error.startswith("ValueError: ")
-    assert "\n" not in failure.error
+    assert failure.task_id == sims[0]["task_id"] and failure.error.startswith("ValueError: Tool call:")
+    # the whole error: the call, what the pinned tau2 returned and what the file holds; where it diverged
+    assert "Returned:" in failure.error and "Expected:" in failure.error and "someone_else" in failure.error
+    assert failure.message_index == at
     assert sorted(r.task_id for r in records(tmp_path / "run")) == sorted(s["task_id"] for s in sims[1:])
     report = (tmp_path / "run" / "report" / "report.md").read_text()
-    assert "## Imported tau2 files" in report and "### Replay errors" in report and failure.error[:40] in report
+    assert "## Imported tau2 files" in report and "### Replay errors" in report
+    assert failure.error in report and f"| {at} | `ValueError: Tool call:" in report
+    code = main(["score", str(path), "--reevaluate"])
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (row["replay_error"], row["replay_diverged_at"]) == (failure.error, at)
 
 
 def test_an_unknown_task_id_is_recovered_from_the_checks_and_the_user_with_its_evidence(tmp_path, capsys, monkeypatch):
