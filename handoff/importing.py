@@ -111,7 +111,8 @@ def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints
     for option, given in (("--checkpoint", checkpoints), ("--step", steps)):
         if given and len(given) != len(paths):
             raise ImportRefused(f"{len(given)} {option} value(s) for {len(paths)} file(s): give one per file, in order")
-    files, variants = zip(*(_pinned_domain(path, read_tau2_file(path, domain), keep_drifted) for path in paths))
+    files, variants = zip(*(_pinned_domain(path, read_tau2_file(path, domain, domain_of), keep_drifted)
+                            for path in paths))
     names = checkpoints or _unique([f.agent or _stem(p) for f, p in zip(files, paths)])
     if len(set(names)) != len(names):
         raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
@@ -120,6 +121,21 @@ def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints
                    checkpoint=name, step=steps[i] if steps else i, drift=file_drift(f.domain, f.info, f.tasks),
                    variant=variant, keep_drifted=keep_drifted)
             for i, (p, f, name, variant) in enumerate(zip(paths, files, names, variants))]
+
+
+def domain_of(simulations: list[dict]) -> str | None:
+    """The one pinned domain whose toolkit has every tool the simulations call (or were graded on)
+    and whose tasks hold every task id they give; None when no tool tells, or not exactly one fits."""
+    from handoff.tasks.upstream import DOMAINS, tool_names, upstream_tasks
+
+    called = {call.get("name") for sim in simulations for m in sim.get("messages") or [] if isinstance(m, dict)
+              for call in m.get("tool_calls") or [] if isinstance(call, dict)}
+    called |= {c["action"].get("name") for sim in simulations
+               for c in (sim.get("reward_info") or {}).get("action_checks") or [] if isinstance(c.get("action"), dict)}
+    ids = {str(sim["task_id"]) for sim in simulations if sim.get("task_id") is not None}
+    fits = [d for d in DOMAINS if called <= tool_names(d) and ids <= {t.id for t in upstream_tasks(d)}]
+    telling = called - set.intersection(*(set(tool_names(d)) for d in DOMAINS))
+    return fits[0] if len(fits) == 1 and telling else None
 
 
 def _pinned_domain(path: str | Path, file: Tau2File, keep_drifted: bool) -> tuple[Tau2File, str | None]:
@@ -199,7 +215,7 @@ def reevaluate(sim: dict, domain: str, task, where: str | Path = "") -> tuple[di
         return evaluate_simulation(run, task, domain).model_dump(mode="json"), None
     except Exception as exc:  # noqa: BLE001 - tau2 raises what the replay met; the episode is listed, not lost
         # without the messages' timestamps: tau2 stamps its own result with the time now (a re-import must match)
-        message = re.sub(r"^timestamp: .*\n?", "", str(exc).strip(), flags=re.M)
+        message = re.sub(r"^timestamp: .*\n?", "", str(exc).strip(), flags=re.MULTILINE)
         return None, f"{type(exc).__name__}: {message}"[:MAX_ERROR]
 
 
@@ -207,7 +223,7 @@ def divergence_index(sim: dict, error: str | None) -> int | None:
     """The index (in the file's messages) of the tool result the replay did not reproduce, when the
     error names its tool call (tau2's `Tool call: ... id: call_0 ... Returned:`); None otherwise."""
     call = (error or "").partition("Tool call:")[2].partition("Returned:")[0]
-    found = re.search(r"^id(?::\s*|=')([^'\s]+)", call, re.M)
+    found = re.search(r"^id(?::\s*|=')([^'\s]+)", call, re.MULTILINE)
     if found is None:
         return None
     messages = sim.get("messages") or []

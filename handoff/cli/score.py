@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     # unreadable or invalid input, an unknown domain: HandoffErrors with a clear message
     given = Scorer(args.reward) if args.reward is not None else None
-    found = read_tau2_file(args.path, args.domain)
+    from handoff.importing import domain_of
+
+    found = read_tau2_file(args.path, args.domain, domain_of)
     trajectories = [Trajectory.from_simulation(sim, found.domain) for sim in found.simulations]
     scorer = _scorer(given, carried_scoring(found.simulations, args.path))
     DomainTools.for_domain(found.domain)

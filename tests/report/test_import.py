@@ -116,9 +116,20 @@ def test_checkpoint_names_come_from_the_agent_made_unique_or_from_the_options(tm
 
 def test_domain_is_used_where_the_file_lacks_it_and_refused_where_it_contradicts(tmp_path, capsys):
     bare = results_file(tmp_path / "bare.json", sim_dicts(), domain=False)
-    code, _, err = cli(capsys, "import", bare, "--run-dir", tmp_path / "r0")
-    assert code == 2 and "does not name its domain" in err and "--domain" in err
     assert import_files(tmp_path / "r1", [bare], domain="retail").files[0].domain == "retail"
+    # a bare list: its tools (find_user_id_by_email, cancel_pending_order...) and task ids are retail's alone
+    listed = write(tmp_path / "list.json", sim_dicts())
+    assert import_files(tmp_path / "r4", [listed]).files[0].domain == "retail"
+    code, _, err = cli(capsys, "import", listed, "--run-dir", tmp_path / "r0", "--domain", "airline")
+    assert code == 2 and "its tasks and tools are the retail domain's, not 'airline'" in err
+    # one that calls only a tool both domains have tells nothing: --domain is asked for
+    transfer_only = [s for s in sim_dicts() if {c["name"] for m in s["messages"] for c in m.get("tool_calls") or []}
+                     == {"transfer_to_human_agents"}]
+    assert len(transfer_only) == 1
+    for s in transfer_only:
+        s["reward_info"]["action_checks"] = None
+    code, _, err = cli(capsys, "import", write(tmp_path / "t.json", transfer_only), "--run-dir", tmp_path / "r5")
+    assert code == 2 and "do not tell one; pass --domain" in err and not (tmp_path / "r5").exists()
     named = results_file(tmp_path / "named.json", sim_dicts())
     code, _, err = cli(capsys, "import", named, "--run-dir", tmp_path / "r2", "--domain", "airline")
     assert code == 2 and "results are for domain 'retail', not 'airline'" in err
