@@ -105,20 +105,22 @@ class Replayed:
 
 def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints: list[str] | None = None,
                  steps: list[int] | None = None, keep_drifted: bool = False) -> list[Source]:
-    """The files in command-line order. A file's checkpoint is `checkpoints[i]`, else the agent model
-    it names, else its file name, made unique with -2, -3...; its step is `steps[i]`, else i."""
+    """The files in command-line order. A file's checkpoint is `checkpoints[i]`, else its file's stem
+    (two submissions of one agent model stay apart; a multi-agent system is not named after the one
+    model its info lists), made unique with -2, -3...; its step is `steps[i]`, else 0: unrelated
+    files are a set of checkpoints, not steps of one learning curve."""
     checkpoints, steps = list(checkpoints or []), list(steps or [])
     for option, given in (("--checkpoint", checkpoints), ("--step", steps)):
         if given and len(given) != len(paths):
             raise ImportRefused(f"{len(given)} {option} value(s) for {len(paths)} file(s): give one per file, in order")
     files, variants = zip(*(_pinned_domain(path, read_tau2_file(path, domain, domain_of), keep_drifted)
                             for path in paths))
-    names = checkpoints or _unique([f.agent or _stem(p) for f, p in zip(files, paths)])
+    names = checkpoints or _unique([_stem(p) for p in paths])
     if len(set(names)) != len(names):
         raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
     _refuse_colliding_ids(names, [f.domain for f in files])
     return [Source(path=Path(p).resolve(), sha256=hashlib.sha256(Path(p).read_bytes()).hexdigest(), file=f,
-                   checkpoint=name, step=steps[i] if steps else i, drift=file_drift(f.domain, f.info, f.tasks),
+                   checkpoint=name, step=steps[i] if steps else 0, drift=file_drift(f.domain, f.info, f.tasks),
                    variant=variant, keep_drifted=keep_drifted)
             for i, (p, f, name, variant) in enumerate(zip(paths, files, names, variants))]
 
@@ -286,7 +288,7 @@ def replay(source: Source, sim: dict, task, trial: int) -> Replayed:
 
 
 def summarize(sources: list[Source], replays: list[list[Replayed]], identities: list[list[Identity]],
-              keep_mismatched: bool) -> ImportSection:
+              keep_mismatched: bool, curve: bool = False) -> ImportSection:
     mismatches = [RewardMismatch(file=str(s.path), task_id=r.task_id, trial=r.trial, recorded=r.recorded,
                                  reevaluated=r.reevaluated)
                   for s, rs in zip(sources, replays) for r in rs if r.record is not None and not r.agrees]
@@ -297,7 +299,7 @@ def summarize(sources: list[Source], replays: list[list[Replayed]], identities: 
                                     evidence=i.evidence)
                     for s, ids in zip(sources, identities) for i in ids if i.status != CONFIRMED]
     files = [_accounted(s, rs, ids, keep_mismatched) for s, rs, ids in zip(sources, replays, identities)]
-    return ImportSection(files=files, episodes=sum(len(s.file.simulations) for s in sources),
+    return ImportSection(files=files, episodes=sum(len(s.file.simulations) for s in sources), curve=curve,
                          keep_mismatched=keep_mismatched, keep_drifted=any(s.keep_drifted for s in sources), reward_mismatches=mismatches, replay_errors=errors,
                          attributions=attributions)
 
@@ -338,7 +340,7 @@ def import_files(run_dir: str | Path, paths: list[str | Path], *, name: str | No
     sources = read_sources(paths, domain, checkpoints, steps, keep_drifted)
     old = _existing(run, sources)
     replays, identities = zip(*(replay_file(s) for s in sources))
-    section = summarize(sources, replays, identities, keep_mismatched)
+    section = summarize(sources, replays, identities, keep_mismatched, curve=bool(steps))
     if old is not None and old.imported != section:
         raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, --keep-drifted, "
                             "or rewards re-evaluated differently by another tau2): import into a new --run-dir")

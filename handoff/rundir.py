@@ -133,6 +133,8 @@ class ImportSection(BaseModel):
     episodes: int
     keep_mismatched: bool = False
     keep_drifted: bool = Field(False, exclude_if=lambda v: not v)
+    curve: bool = Field(False, exclude_if=lambda v: not v,
+                        description="--step given: the checkpoints are steps of one learning curve, not a set")
     reward_mismatches: list[RewardMismatch] = Field(default_factory=list)
     replay_errors: list[ReplayFailure] = Field(default_factory=list)
     attributions: list[TaskAttribution] = Field(default_factory=list, exclude_if=lambda v: not v)

@@ -24,9 +24,11 @@ def register(subparsers) -> None:
     parser.add_argument("--name", help="run name: report title, W&B group (default: the directory's name)")
     parser.add_argument("--domain", help="tau2 domain of files that do not name theirs (refused if one contradicts)")
     parser.add_argument("--checkpoint", action="append", default=[], metavar="NAME",
-                        help="checkpoint name of each file, in order (default: the file's agent model)")
+                        help="checkpoint name of each file, in order (default: the file's name without its "
+                             "extensions, so that two submissions of one model stay apart)")
     parser.add_argument("--step", action="append", type=int, default=[], metavar="N",
-                        help="step of each file, in order (default: its place on the command line, from 0)")
+                        help="training step of each file, in order: the checkpoints become one learning curve "
+                             "(default: 0 for all, a set of unrelated files, drawn as no curve)")
     parser.add_argument("--keep-mismatched", action="store_true",
                         help="keep episodes whose re-evaluated reward differs from the recorded one (with the "
                              "re-evaluated reward)")

@@ -141,16 +141,18 @@ def imported(section: ImportSection | None) -> list[str]:
     fate = "kept with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
     lines = ["## Imported tau2 files", "",
              (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
-              f"Reward mismatches are {fate}; episodes that could not be replayed are left out."), ""]
+              f"Reward mismatches are {fate}; episodes that could not be replayed are left out."
+              + ("" if section.curve else " The checkpoints are a set of files, not steps of one training run "
+                 "(no --step): no figure draws them as a curve.")), ""]
     lines += [f"**Warning: {w}.**\n" for w in drift_lines(section) + left_out_warnings(section)]
     rows = []
     for f in section.files:
         mismatched = sum(m.file == f.path for m in section.reward_mismatches)
         failed = sum(e.file == f.path for e in section.replay_errors)
         untasked = sum(a.file == f.path and a.task_id is None for a in section.attributions)
-        rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.step, f.domain, f.episodes,
+        rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.agent or "-", f.step, f.domain, f.episodes,
                      f.episodes - mismatched - failed - untasked, mismatched, failed, untasked])
-    lines += table(["file", "checkpoint", "step", "domain", "simulations", "agreed", "mismatched",
+    lines += table(["file", "checkpoint", "agent", "step", "domain", "simulations", "agreed", "mismatched",
                     "failed to replay", "no task"], rows)
     checkpoint = {f.path: f.checkpoint for f in section.files}
     if section.reward_mismatches:
@@ -207,7 +209,8 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     from markdown_it import MarkdownIt
 
     run = RunDir(run_dir)
-    plots = all_plots(reduction, run.plots_dir)
+    imported_set = run.manifest.imported is not None and not run.manifest.imported.curve
+    plots = all_plots(reduction, run.plots_dir, curves=not imported_set)
     text = markdown(run, reduction, plots)
     md, html = run.report_md, run.report_html
     write_atomic(md, text)

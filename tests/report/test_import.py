@@ -88,7 +88,7 @@ def test_each_format_gives_the_same_episodes_and_rewards(tmp_path):
     section = import_files(tmp_path / "run", [results, listed, single], domain="retail")
 
     assert [(f.format, f.checkpoint, f.step, f.episodes) for f in section.files] == [
-        ("results", "agent-x", 0, 3), ("list", "list", 1, 3), ("simulation", "single", 2, 1)]
+        ("results", "results", 0, 3), ("list", "list", 0, 3), ("simulation", "single", 0, 1)]
     assert section.episodes == 7 and not section.reward_mismatches and not section.replay_errors
     by_model = {}
     for r in records(tmp_path / "run"):
@@ -100,16 +100,24 @@ def test_each_format_gives_the_same_episodes_and_rewards(tmp_path):
         assert all(r.simulation["messages"] == s["messages"] for r, s in zip(recs, sims))  # the file's, unchanged
     assert {1.0, 0.0} <= {reward for _, reward in expected}  # both outcomes are re-evaluated
     assert RunDir(tmp_path / "run").manifest.checkpoints == [
-        {"name": "agent-x", "step": 0}, {"name": "list", "step": 1}, {"name": "single", "step": 2}]
+        {"name": "results", "step": 0}, {"name": "list", "step": 0}, {"name": "single", "step": 0}]
 
 
-def test_checkpoint_names_come_from_the_agent_made_unique_or_from_the_options(tmp_path, capsys):
-    a = results_file(tmp_path / "a.json", sim_dicts())
-    b = results_file(tmp_path / "b.json", sim_dicts())
-    named = import_files(tmp_path / "run", [a, b])
-    assert [(f.checkpoint, f.agent) for f in named.files] == [("agent-x", "agent-x"), ("agent-x-2", "agent-x")]
+def test_checkpoint_names_tell_submissions_apart_and_no_step_is_made_up(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    (tmp_path / "other").mkdir()
+    a = results_file(tmp_path / "a.json", sim_dicts())  # two submissions of one agent model (agent-x)
+    b = results_file(tmp_path / "b.json.gz", sim_dicts())
+    again = results_file(tmp_path / "other" / "a.json", sim_dicts())
+    code, _, _ = cli(capsys, "import", a, b, again, "--run-dir", tmp_path / "run")
+    named = RunDir(tmp_path / "run").manifest.imported
+    assert code == 0 and [(f.checkpoint, f.agent, f.step) for f in named.files] == [
+        ("a", "agent-x", 0), ("b", "agent-x", 0), ("a-2", "agent-x", 0)]
+    assert not named.curve  # a set of files: no learning curve drawn
+    report = (tmp_path / "run" / "report" / "report.md").read_text()
+    assert "not steps of one training run" in report and "precision_recall.png" not in report
     given = import_files(tmp_path / "run2", [a, b], checkpoints=["base", "rl"], steps=[0, 300])
-    assert [(f.checkpoint, f.step) for f in given.files] == [("base", 0), ("rl", 300)]
+    assert [(f.checkpoint, f.step) for f in given.files] == [("base", 0), ("rl", 300)] and given.curve
     code, _, err = cli(capsys, "import", a, b, "--run-dir", tmp_path / "run3", "--checkpoint", "only-one")
     assert code == 2 and "1 --checkpoint value(s) for 2 file(s)" in err
 
@@ -268,7 +276,7 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
     assert "sonnet (step 0, airline): 50 simulations, 50 agreed, 0 mismatched" in out
     # the retail file's ids were renumbered: recovered from the checks and the user; 8 simulations fall on
     # four pairs of twin tasks (same checks, same identifiers) and are left out, not guessed
-    assert ("toolorchestra (step 1, retail): 114 simulations, 106 agreed, 0 mismatched (left out of the metrics), "
+    assert ("toolorchestra (step 0, retail): 114 simulations, 106 agreed, 0 mismatched (left out of the metrics), "
             "0 failed to replay (left out), 105 task ids recovered, 8 without a task (left out)") in out
     manifest = RunDir(run).manifest
     assert not manifest.imported.reward_mismatches and not manifest.imported.replay_errors
@@ -281,14 +289,14 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
     assert metrics["n_episodes"] == 50 + 106
     assert (run / "report" / "episodes" / "index.html").is_file()
     report = (run / "report" / "report.md").read_text()
-    assert "| toolorchestra | 1 | retail | 114 | 106 | 0 | 0 | 8 |" in report
+    assert "| toolorchestra | gpt-4.1-mini-2025-04-14 | 0 | retail | 114 | 106 | 0 | 0 | 8 |" in report
     assert "**Warning: toolorchestra (retail): 106 of 114 simulations in the metrics, 8 left out (8 no task)" in report
-    assert "| toolorchestra | 1 | retail | [106](" in report and " of 114, 8 left out |" in report
+    assert "| toolorchestra | 0 | retail | [106](" in report and " of 114, 8 left out |" in report
     assert "WARNING: toolorchestra (retail): 106 of 114" in err
     offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and any("airline" in p for p in offline) and any("retail" in p for p in offline)
     logged = json.loads((run / "wandb" / "logged.json").read_text())  # each domain's history has its checkpoint
-    assert sorted(tuple(row) for rows in logged.values() for row in rows) == [("sonnet", 0), ("toolorchestra", 1)]
+    assert sorted(tuple(row) for rows in logged.values() for row in rows) == [("sonnet", 0), ("toolorchestra", 0)]
 
     kept = {r.task_id for r in records(run) if r.domain == "retail"}
     other = write_run(tmp_path / "sweep", {"ckpt": (0, Behavior())},
@@ -341,13 +349,13 @@ def test_a_file_losing_more_than_a_small_share_is_warned_about_loudly_and_in_the
     sims[wrong]["reward_info"]["reward"] = 1.0  # recorded 1.0, re-evaluated 0.0: left out
     code, _, err = cli(capsys, "import", results_file(tmp_path / "r.json", sims), "--run-dir", tmp_path / "run")
     assert code == 0
-    assert ("WARNING: agent-x (retail): 2 of 3 simulations in the metrics, 1 left out (1 reward mismatch); "
+    assert ("WARNING: r (retail): 2 of 3 simulations in the metrics, 1 left out (1 reward mismatch); "
             "likely cause: rewards the pinned tasks grade otherwise") in err
     (entry,) = RunDir(tmp_path / "run").manifest.imported.files
     assert (entry.kept, entry.left_out, entry.recorded_mean, entry.kept_mean) == (2, {"reward mismatch": 1}, 1.0, 1.0)
     assert "mean reward" not in err  # the kept ones' mean is the file's own: nothing to say
     report = (tmp_path / "run" / "report" / "report.md").read_text()
-    assert "**Warning: agent-x (retail): 2 of 3 simulations in the metrics" in report
+    assert "**Warning: r (retail): 2 of 3 simulations in the metrics" in report
     headline = report.split("## Headline metrics")[1].split("\n## ")[0]
     assert headline.count(" of 3, 1 left out") == 2  # the retail row and the all-domains row
 
