@@ -117,7 +117,8 @@ def read_sources(paths: list[str | Path], domain: str | None = None, checkpoints
                             for path in paths))
     names = checkpoints or _unique([_stem(p) for p in paths])
     if len(set(names)) != len(names):
-        raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}")
+        raise ImportRefused(f"--checkpoint names a checkpoint twice: {', '.join(names)}: give each file its own "
+                            "name (one file's episodes would overwrite the other's)")
     _refuse_colliding_ids(names, [f.domain for f in files])
     return [Source(path=Path(p).resolve(), sha256=hashlib.sha256(Path(p).read_bytes()).hexdigest(), file=f,
                    checkpoint=name, step=steps[i] if steps else 0, drift=file_drift(f.domain, f.info, f.tasks),
@@ -247,7 +248,9 @@ def replay_file(source: Source) -> tuple[list[Replayed], list[Identity]]:
         trials[task.id] += 1
         if (task.id, trial) in seen:
             if identity.status == CONFIRMED:
-                raise ImportRefused(f"{source.path}: task {task.id!r} trial {trial} appears twice")
+                raise ImportRefused(f"{source.path}: task {task.id!r} trial {trial} appears twice, in simulations "
+                                    f"{seen[task.id, trial]} and {identity.index}, both by the id and trial the file "
+                                    "gives: one would be counted twice; remove the duplicate (or fix its trial)")
             identities[identity.index] = replace(identity, task_id=None, status=AMBIGUOUS, evidence=(
                 f"{identity.evidence}; but task {task.id} trial {trial} is simulation {seen[task.id, trial]}'s"))
             continue
@@ -342,8 +345,9 @@ def import_files(run_dir: str | Path, paths: list[str | Path], *, name: str | No
     replays, identities = zip(*(replay_file(s) for s in sources))
     section = summarize(sources, replays, identities, keep_mismatched, curve=bool(steps))
     if old is not None and old.imported != section:
-        raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, --keep-drifted, "
-                            "or rewards re-evaluated differently by another tau2): import into a new --run-dir")
+        raise ImportRefused(f"{run.root} holds another import (other files, checkpoints, steps, --keep-mismatched, "
+                            "--keep-drifted, or rewards re-evaluated differently by another tau2): import into a new "
+                            "--run-dir")
     with _locked(run):
         if old is None:
             run.write_manifest(_manifest(run, sources, section, name))
@@ -399,7 +403,8 @@ def _locked(run: RunPaths):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunDirError(f"{run.root}: a sweep or an import is writing this directory now") from None
+            raise RunDirError(f"{run.root}: a sweep or an import is writing this directory now: wait for it to "
+                              "end, or import into another --run-dir") from None
         yield
 
 

@@ -201,7 +201,8 @@ def _domain(path: str | Path, named: str | None, given: str | None, inferred: st
     """The file's domain: the one it names, else the one given, else the one its tasks and tools
     tell; a given one that contradicts the file is an error."""
     if named and given and named != given:
-        raise TrajectoryLoadError(f"{path}: results are for domain {named!r}, not {given!r}")
+        raise TrajectoryLoadError(f"{path}: results are for domain {named!r}, not {given!r}: drop --domain "
+                                  "(the file names its own)")
     if inferred and given and inferred != given:
         raise TrajectoryLoadError(f"{path}: its tasks and tools are the {inferred} domain's, not {given!r}: "
                                   "drop --domain or pass the file's own")

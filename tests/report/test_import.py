@@ -421,3 +421,22 @@ def test_a_policy_variant_is_refused_with_its_reason_and_kept_when_asked(tmp_pat
     data["info"]["environment_info"]["domain_name"] = "banking"
     code, _, err = cli(capsys, "import", write(tmp_path / "b.json", data), "--run-dir", tmp_path / "run2")
     assert code == 2 and "'banking' is none of the pinned tau2's (airline, retail)" in err
+
+
+@pytest.mark.parametrize("case", ["checkpoint twice", "simulation twice", "domain contradicted"])
+def test_a_refusal_names_its_reason_and_the_way_past_it_and_writes_nothing(tmp_path, capsys, case):
+    sims = sim_dicts()
+    path = results_file(tmp_path / "r.json", sims)
+    argv, reason, way = {
+        "checkpoint twice": ([results_file(tmp_path / "s.json", sims), "--checkpoint", "x", "--checkpoint", "x"],
+                             "--checkpoint names a checkpoint twice: x, x", "give each file its own name"),
+        "simulation twice": ([], f"task {sims[0]['task_id']!r} trial 0 appears twice, in simulations 0 and 3",
+                             "remove the duplicate"),
+        "domain contradicted": (["--domain", "airline"], "results are for domain 'retail', not 'airline'",
+                                "drop --domain"),
+    }[case]
+    if case == "simulation twice":
+        results_file(path, [*sims, sims[0]])
+    code, _, err = cli(capsys, "import", path, *argv, "--run-dir", tmp_path / "run")
+    assert code == 2 and reason in err and way in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
