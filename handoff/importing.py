@@ -159,7 +159,8 @@ def _pinned_domain(path: str | Path, file: Tau2File, keep_drifted: bool) -> tupl
 
 
 def _stem(path: str | Path) -> str:
-    return Path(path).name.split(".")[0]
+    """The file's name without .gz and .json (gpt-4.1-sft_airline.json.gz -> gpt-4.1-sft_airline)."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".json") or Path(path).name
 
 
 def _unique(names: list[str]) -> list[str]:

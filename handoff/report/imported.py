@@ -26,7 +26,8 @@ SMALL_SHARE = 0.05
 MARKED = 0.05
 """A kept subset whose mean reward differs from the file's own by more than this is warned about."""
 LIKELY_CAUSE = {
-    "no task": "simulations no pinned task explains (twin tasks without an id, or tasks the pinned tau2 lacks)",
+    "no task": ("simulations no single pinned task explains (twin tasks the evidence cannot tell apart, or tasks "
+                "the pinned tau2 lacks)"),
     "failed to replay": "dialogues the pinned tau2 does not replay (another tau2's tools or database)",
     "reward mismatch": "rewards the pinned tasks grade otherwise (ids naming other tasks, or tasks changed since)",
     "drifted": "tasks whose definition in the file differs from the pinned one (another tau2 version)",

@@ -109,10 +109,11 @@ def test_checkpoint_names_tell_submissions_apart_and_no_step_is_made_up(tmp_path
     a = results_file(tmp_path / "a.json", sim_dicts())  # two submissions of one agent model (agent-x)
     b = results_file(tmp_path / "b.json.gz", sim_dicts())
     again = results_file(tmp_path / "other" / "a.json", sim_dicts())
-    code, _, _ = cli(capsys, "import", a, b, again, "--run-dir", tmp_path / "run")
+    dotted = results_file(tmp_path / "gpt-4.1-sft_airline.json.gz", sim_dicts())
+    code, _, _ = cli(capsys, "import", a, b, again, dotted, "--run-dir", tmp_path / "run")
     named = RunDir(tmp_path / "run").manifest.imported
     assert code == 0 and [(f.checkpoint, f.agent, f.step) for f in named.files] == [
-        ("a", "agent-x", 0), ("b", "agent-x", 0), ("a-2", "agent-x", 0)]
+        ("a", "agent-x", 0), ("b", "agent-x", 0), ("a-2", "agent-x", 0), ("gpt-4.1-sft_airline", "agent-x", 0)]
     assert not named.curve  # a set of files: no learning curve drawn
     report = (tmp_path / "run" / "report" / "report.md").read_text()
     assert "not steps of one training run" in report and "precision_recall.png" not in report
