@@ -262,11 +262,12 @@ def replay_file(source: Source) -> tuple[list[Replayed], list[Identity]]:
 
 def identify_file(source: Source) -> list[Identity]:
     """Each simulation's task, the file's own tasks and trial count taken into account."""
+    from pydantic import ValidationError
     from tau2.data_model.tasks import Task
 
     embedded = {}
     for raw in source.file.tasks or []:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ValidationError):  # an unreadable one is named by handoff.drift
             task = Task.model_validate(raw)
             embedded[task.id] = task
     trials = (source.file.info or {}).get("num_trials")
