@@ -2,12 +2,15 @@
 standard run directory, one checkpoint per file, so that the reducer, `handoff report`,
 `handoff compare` and W&B read them like a sweep's.
 
-A file's recorded rewards are not trusted: every simulation is replayed by tau2's own evaluator
-(handoff.fasteval) against the pinned task its `task_id` names. The record keeps the recorded reward
-beside the re-evaluated one (EpisodeRecord.recorded_reward); an episode whose two rewards differ, or
-that tau2 cannot replay, is listed in the manifest's `import` section and, by default, left out of
-the shards (so of the metrics). Importing the same files again changes nothing; a file whose
-content changed since is refused for that run.
+Neither a file's task ids nor its rewards are trusted. Each simulation's task is checked, or
+recovered with its evidence, by handoff.task_identity; the file's drift from the pinned tau2 (its
+embedded tasks, user simulator, policy) is named by handoff.drift. Every simulation with a task is
+replayed by tau2's own evaluator (handoff.fasteval) against that pinned task. The record keeps the
+recorded reward beside the re-evaluated one (EpisodeRecord.recorded_reward); an episode whose two
+rewards differ, that tau2 cannot replay, whose task cannot be told or whose task drifted is listed
+in the manifest's `import` section and, by default, left out of the shards (so of the metrics), and
+each file's entry counts what was left out and why. Importing the same files again changes nothing;
+a file whose content changed since is refused for that run.
 """
 
 from __future__ import annotations

@@ -3,11 +3,18 @@ shards, reduced metrics, report with episode pages, W&B offline run), one checkp
 `handoff compare` and `handoff report` read like a sweep's.
 
 FILE is a tau2 results JSON, a JSON list of SimulationRuns or a single SimulationRun (gzip-compressed
-or not). Every reward is re-evaluated by tau2's evaluator against the pinned task its task_id names;
-an episode whose re-evaluated reward differs from the recorded one, or that cannot be replayed, is
-listed in manifest.json (`import`) and the report, and left out of the metrics (--keep-mismatched
-keeps the mismatched ones, with the re-evaluated reward). Importing the same files again changes
-nothing; a file changed since is refused for the run.
+or not); one naming no domain gets it from its tasks and tools. Each simulation's task id is checked
+against the checks tau2 recorded and the identifiers its user gave, and recovered (with the evidence)
+where missing or contradicted; one no task explains alone is left out, never guessed. Tasks whose
+definition in the file differs from the pinned one are named and left out (--keep-drifted keeps
+them; it also imports a policy variant such as airline_tighter_policy, refused otherwise). Every
+reward is re-evaluated by tau2's evaluator against its task; an episode whose re-evaluated reward
+differs from the recorded one, or that cannot be replayed (the whole error and the message where it
+diverged are kept), is listed in manifest.json (`import`) and the report, and left out of the metrics
+(--keep-mismatched keeps the mismatched ones, with the re-evaluated reward). A file losing more than
+5% is warned about on stderr and in the report. Checkpoints are named by their files, at step 0 (a
+set, not a curve) unless --step is given. Importing the same files again changes nothing; a file
+changed since is refused for the run.
 """
 
 from __future__ import annotations
