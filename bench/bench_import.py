@@ -58,7 +58,8 @@ def main() -> None:
               "re-import of the same files (no change)": (again_s, again_cpu)}
     report("import", {
         "simulations": section.episodes,
-        "files": {Path(f.path).name: dict(zip(("agreed", "mismatched", "failed_to_replay"), counts(section, f.path)))
+        "files": {Path(f.path).name: dict(zip(("agreed", "mismatched", "failed_to_replay", "recovered", "no_task", "drifted"),
+                                                      counts(section, f.path)))
                   for f in section.files},
         "per_100_simulations": {name: {"wall_s": round(w * per100, 2), "cpu_s": round(c * per100, 2)}
                                 for name, (w, c) in phases.items()},

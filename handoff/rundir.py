@@ -60,6 +60,18 @@ def checked_id(shard_id: str) -> str:
     return shard_id
 
 
+class FileDrift(BaseModel):
+    """How an imported results file differs from the pinned tau2 (handoff.drift)."""
+
+    tau2_commit: str | None = Field(None, description="the tau2 commit the file records (info.git_commit)")
+    tasks: dict[str, list[str]] = Field(default_factory=dict,
+                                        description="task id -> the parts of its embedded definition not pinned")
+    user_guidelines_differ: bool = False
+    policy_differs: bool = False
+    domain_variant: str | None = Field(None, description="the domain the file names when it is a policy variant")
+    kept: bool = Field(False, description="--keep-drifted: the drifted tasks' episodes are in the metrics")
+
+
 class ImportedFile(BaseModel):
     """One tau2 file imported by `handoff import` (handoff.importing): one checkpoint."""
 
@@ -71,6 +83,14 @@ class ImportedFile(BaseModel):
     domain: str
     agent: str | None = Field(None, description="the agent model the file names (info.agent_info.llm)")
     episodes: int = Field(description="simulations in the file")
+    kept: int | None = Field(None, exclude_if=lambda v: v is None, description="episodes in the metrics")
+    drift: FileDrift | None = Field(None, exclude_if=lambda v: v is None)
+    left_out: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v,
+                                     description="episodes left out of the metrics, by reason")
+    recorded_mean: float | None = Field(None, exclude_if=lambda v: v is None,
+                                        description="the file's own mean reward, over all its simulations")
+    kept_mean: float | None = Field(None, exclude_if=lambda v: v is None,
+                                    description="the re-evaluated mean reward of the episodes kept")
 
 
 class RewardMismatch(BaseModel):
@@ -85,7 +105,22 @@ class ReplayFailure(BaseModel):
     file: str
     task_id: str
     trial: int
-    error: str = Field(description="the first line of the error tau2's evaluator raised")
+    error: str = Field(description="the error tau2's evaluator raised, whole (its type and message)")
+    message_index: int | None = Field(None, exclude_if=lambda v: v is None,
+                                      description="the file's message where the replay diverged (the tool result "
+                                                  "the pinned tau2 did not reproduce)")
+
+
+class TaskAttribution(BaseModel):
+    """A simulation whose task id was missing or contradicted (handoff.task_identity): the task
+    recovered from its evidence, or none (ambiguous, unmatched: left out of the metrics)."""
+
+    file: str
+    index: int = Field(description="the simulation's place in the file, from 0")
+    given: str | None = Field(description="the task_id the file gives")
+    task_id: str | None = Field(description="the task recovered; None when ambiguous or unmatched")
+    status: str = Field(description="recovered, ambiguous or unmatched")
+    evidence: str
 
 
 class ImportSection(BaseModel):
@@ -97,8 +132,12 @@ class ImportSection(BaseModel):
     files: list[ImportedFile]
     episodes: int
     keep_mismatched: bool = False
+    keep_drifted: bool = Field(False, exclude_if=lambda v: not v)
+    curve: bool = Field(False, exclude_if=lambda v: not v,
+                        description="--step given: the checkpoints are steps of one learning curve, not a set")
     reward_mismatches: list[RewardMismatch] = Field(default_factory=list)
     replay_errors: list[ReplayFailure] = Field(default_factory=list)
+    attributions: list[TaskAttribution] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class Manifest(BaseModel):

@@ -5,7 +5,8 @@ tau2_reward, reward, ..., format_events_recorded). PATH is a tau2 results JSON, 
 SimulationRuns or a single SimulationRun, gzip-compressed or not (handoff.rules.read_tau2_file);
 --domain is needed where the file does not name its domain. --reevaluate replays each simulation
 with tau2's evaluator against the pinned task its id names and adds `reevaluated_reward` beside the
-recorded `tau2_reward` (null, with `replay_error`, when the replay raises). Scores come from
+recorded `tau2_reward` (null, with the whole `replay_error` and `replay_diverged_at`, the index of
+the message where the replay diverged, when the replay raises). Scores come from
 handoff.scoring, the reducer's own path: a file written by handoff (`handoff export`) carries the
 agent's format events and the reward weights and labels version the run was scored with, and scores
 exactly as the reducer scored it (other weights given with --reward, or labels changed since the
@@ -38,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     # unreadable or invalid input, an unknown domain: HandoffErrors with a clear message
     given = Scorer(args.reward) if args.reward is not None else None
-    found = read_tau2_file(args.path, args.domain)
+    from handoff.importing import domain_of
+
+    found = read_tau2_file(args.path, args.domain, domain_of)
     trajectories = [Trajectory.from_simulation(sim, found.domain) for sim in found.simulations]
     scorer = _scorer(given, carried_scoring(found.simulations, args.path))
     DomainTools.for_domain(found.domain)
@@ -58,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _reevaluated(sim: dict, domain: str, path: str) -> dict:
     """The reward tau2's evaluator gives the simulation on the pinned task (handoff.importing)."""
-    from handoff.importing import pinned_task, reevaluate
+    from handoff.importing import divergence_index, pinned_task, reevaluate
 
     reward_info, error = reevaluate(sim, domain, pinned_task(domain, str(sim.get("task_id")), path), path)
     row = {"reevaluated_reward": None if reward_info is None else reward_info["reward"]}
-    return {**row, "replay_error": error} if error else row
+    return {**row, "replay_error": error, "replay_diverged_at": divergence_index(sim, error)} if error else row
 
 
 def carried_scoring(sims: list[dict], path: str) -> dict:

@@ -110,12 +110,17 @@ RATES = {
 }
 
 
-def all_plots(reduction: Reduction, out_dir: Path) -> dict[str, Path]:
-    """Every figure of the report; none for a run without episodes."""
+def all_plots(reduction: Reduction, out_dir: Path, curves: bool = True) -> dict[str, Path]:
+    """Every figure of the report; none for a run without episodes. Without `curves` (checkpoints
+    that are a set, not steps of one training run: files imported without --step) no figure draws
+    a line over steps."""
     if not reduction.groups:
         return {}
+    confusion = {"confusion": confusion_matrices(reduction, out_dir / "confusion.png")}
+    if not curves:
+        return confusion
     return {
-        "confusion": confusion_matrices(reduction, out_dir / "confusion.png"),
+        **confusion,
         "precision_recall": _save(over_steps_figure(reduction, PRECISION_RECALL,
                                                     "Hand-off precision and recall (95% intervals)"),
                                   out_dir / "precision_recall.png"),

@@ -10,6 +10,13 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
+from handoff.report.imported import (
+    attribution_lines,
+    drift_lines,
+    episodes_note,
+    left_out_warnings,
+    replay_error_lines,
+)
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.rules.metrics import ANY, Interval
@@ -141,15 +148,19 @@ def imported(section: ImportSection | None) -> list[str]:
     fate = "kept with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
     lines = ["## Imported tau2 files", "",
              (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
-              f"Reward mismatches are {fate}; episodes that could not be replayed are left out."), ""]
+              f"Reward mismatches are {fate}; episodes that could not be replayed are left out."
+              + ("" if section.curve else " The checkpoints are a set of files, not steps of one training run "
+                 "(no --step): no figure draws them as a curve.")), ""]
+    lines += [f"**Warning: {w}.**\n" for w in drift_lines(section) + left_out_warnings(section)]
     rows = []
     for f in section.files:
         mismatched = sum(m.file == f.path for m in section.reward_mismatches)
         failed = sum(e.file == f.path for e in section.replay_errors)
-        rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.step, f.domain, f.episodes,
-                     f.episodes - mismatched - failed, mismatched, failed])
-    lines += table(["file", "checkpoint", "step", "domain", "simulations", "agreed", "mismatched",
-                    "failed to replay"], rows)
+        untasked = sum(a.file == f.path and a.task_id is None for a in section.attributions)
+        rows.append([f"`{Path(f.path).name}`", f.checkpoint, f.agent or "-", f.step, f.domain, f.episodes,
+                     f.episodes - mismatched - failed - untasked, mismatched, failed, untasked])
+    lines += table(["file", "checkpoint", "agent", "step", "domain", "simulations", "agreed", "mismatched",
+                    "failed to replay", "no task"], rows)
     checkpoint = {f.path: f.checkpoint for f in section.files}
     if section.reward_mismatches:
         tasks: dict[tuple, list[str]] = {}  # (checkpoint, recorded, re-evaluated) -> its tasks
@@ -159,11 +170,7 @@ def imported(section: ImportSection | None) -> list[str]:
         lines += ["### Reward mismatches", ""] + table(
             ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
             [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
-    if section.replay_errors:
-        lines += ["### Replay errors", ""] + table(
-            ["checkpoint", "task", "trial", "error"],
-            [[checkpoint[e.file], e.task_id, e.trial, f"`{e.error.replace('`', '')}`"] for e in section.replay_errors])
-    return lines
+    return lines + replay_error_lines(section, table) + attribution_lines(section, table)
 
 
 def _reachable_tau2_table(reduction: Reduction) -> list[str]:
@@ -189,7 +196,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
              *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", "tasks", *HEADLINE],
-                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain), m.n_tasks,
+                   [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain)
+                     + episodes_note(run.manifest.imported, model, domain), m.n_tasks,
                      *(_headline_cell(name, pick(m), checkpoint=model, domain=domain, **f)
                        for name, (pick, f) in HEADLINE.items())]
                     for model, step, domain, m in _slices(reduction)])
@@ -211,7 +219,8 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     from markdown_it import MarkdownIt
 
     run = RunDir(run_dir)
-    plots = all_plots(reduction, run.plots_dir)
+    imported_set = run.manifest.imported is not None and not run.manifest.imported.curve
+    plots = all_plots(reduction, run.plots_dir, curves=not imported_set)
     text = markdown(run, reduction, plots)
     md, html = run.report_md, run.report_html
     write_atomic(md, text)

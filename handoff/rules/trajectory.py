@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -155,20 +155,26 @@ class Trajectory(BaseModel):
 
 
 class Tau2File(NamedTuple):
-    """The simulations of one tau2 file, its domain, and the agent model it names (None if none)."""
+    """The simulations of one tau2 file, its domain, and the agent model it names (None if none);
+    a results file's own `info` and embedded `tasks` (as JSON) too."""
 
     format: Literal["results", "list", "simulation"]
     domain: str
     agent: str | None
     simulations: list[dict]
+    info: dict | None = None
+    tasks: list | None = None
 
 
-def read_tau2_file(path: str | Path, domain: str | None = None) -> Tau2File:
+def read_tau2_file(path: str | Path, domain: str | None = None,
+                   infer: Callable[[list[dict]], str | None] | None = None) -> Tau2File:
     """A tau2 results JSON (as `tau2 run` writes it), a JSON list of SimulationRuns or a single
     SimulationRun, gzip-compressed or not. `domain` is used where the file does not name one (a
     list, a SimulationRun, a results file without info.environment_info.domain_name) and is an
-    error where it contradicts the file. The pinned tau2 writes no directory format (one file per
-    simulation): a directory is refused."""
+    error where it contradicts the file. Where the file names none, `infer` (its simulations ->
+    the one domain their tasks and tools tell, or None) gives it, and a `domain` it contradicts is
+    an error. The pinned tau2 writes no directory format (one file per simulation): a directory
+    is refused."""
     if Path(path).is_dir():
         raise TrajectoryLoadError(f"{path}: a directory; the pinned tau2 writes one results JSON per run, "
                                   "not a file per simulation: pass the files")
@@ -177,11 +183,14 @@ def read_tau2_file(path: str | Path, domain: str | None = None) -> Tau2File:
         info = data.get("info") if isinstance(data.get("info"), dict) else {}
         agent = (info.get("agent_info") or {}).get("llm")
         named = (info.get("environment_info") or {}).get("domain_name")
-        return Tau2File("results", _domain(path, named, domain), agent, _simulations(path, data["simulations"]))
+        tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else None
+        sims = _simulations(path, data["simulations"])
+        return Tau2File("results", _domain(path, named, domain, None if named else _inferred(infer, sims)), agent,
+                        sims, info, tasks)
     if isinstance(data, list) and all(isinstance(s, dict) and "messages" in s for s in data):
-        return Tau2File("list", _domain(path, None, domain), None, data)
+        return Tau2File("list", _domain(path, None, domain, _inferred(infer, data)), None, data)
     if isinstance(data, dict) and "messages" in data:
-        return Tau2File("simulation", _domain(path, None, domain), None, [data])
+        return Tau2File("simulation", _domain(path, None, domain, _inferred(infer, [data])), None, [data])
     raise TrajectoryLoadError(f"{path}: neither a tau2 results JSON nor a SimulationRun JSON "
                               "(nor a JSON list of SimulationRuns)")
 
@@ -192,14 +201,23 @@ def load_trajectories(path: str | Path, domain: str | None = None) -> list[Traje
     return [Trajectory.from_simulation(sim, found.domain) for sim in found.simulations]
 
 
-def _domain(path: str | Path, named: str | None, given: str | None) -> str:
-    """The file's domain: the one it names, else the one given; a contradiction is an error."""
+def _inferred(infer: Callable[[list[dict]], str | None] | None, sims: list[dict]) -> str | None:
+    return infer(sims) if infer is not None else None
+
+
+def _domain(path: str | Path, named: str | None, given: str | None, inferred: str | None = None) -> str:
+    """The file's domain: the one it names, else the one given, else the one its tasks and tools
+    tell; a given one that contradicts the file is an error."""
     if named and given and named != given:
-        raise TrajectoryLoadError(f"{path}: results are for domain {named!r}, not {given!r}")
-    if not (named or given):
-        raise TrajectoryLoadError(f"{path}: the file does not name its domain "
-                                  "(no info.environment_info.domain_name); pass --domain")
-    return named or given
+        raise TrajectoryLoadError(f"{path}: results are for domain {named!r}, not {given!r}: drop --domain "
+                                  "(the file names its own)")
+    if inferred and given and inferred != given:
+        raise TrajectoryLoadError(f"{path}: its tasks and tools are the {inferred} domain's, not {given!r}: "
+                                  "drop --domain or pass the file's own")
+    if not (named or given or inferred):
+        raise TrajectoryLoadError(f"{path}: the file does not name its domain (no info.environment_info.domain_name) "
+                                  "and its tasks and tools do not tell one; pass --domain")
+    return named or given or inferred
 
 
 def _simulations(path: str | Path, sims: Any) -> list[dict]:

@@ -62,8 +62,11 @@ def test_results_file_one_line_per_simulation(tmp_path, capsys):
     [
         ("not json", ["--domain", "retail"], "cannot read JSON"),
         ('{"a": 1}', ["--domain", "retail"], "neither a tau2 results JSON nor a SimulationRun"),
-        (None, [], "does not name its domain"),
-        (None, ["--domain", "banking"], "unknown domain 'banking'"),
+        ('{"task_id": "88", "messages": [{"role": "user", "content": "Hi."}], "termination_reason": "user_stop"}', [],
+         "does not name its domain"),  # a SimulationRun calling no tool: nothing tells its domain
+        (None, ["--domain", "banking"], "its tasks and tools are the retail domain's, not 'banking'"),
+        ('{"task_id": "88", "messages": [{"role": "user", "content": "Hi."}], "termination_reason": "user_stop"}',
+         ["--domain", "banking"], "unknown domain 'banking'"),
         ("unknown-task", ["--domain", "retail"], "unknown task '9999'"),
         ('{"task_id": "88", "messages": [{"role": "robot"}], "termination_reason": "user_stop"}', ["--domain", "retail"], "not a tau2 SimulationRun"),
     ],
