@@ -35,6 +35,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from handoff.importing import counts, import_files
     from handoff.report import finish_run
+    from handoff.report.text import run_headline
 
     section = import_files(args.run_dir, args.files, name=args.name, domain=args.domain,
                            checkpoints=args.checkpoint, steps=args.step, keep_mismatched=args.keep_mismatched)
@@ -44,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{entry.path}: {entry.checkpoint} (step {entry.step}, {entry.domain}): {entry.episodes} simulations, "
               f"{agreed} agreed, {mismatched} mismatched ({fate}), {failed} failed to replay (left out)")
     paths = finish_run(args.run_dir)
+    print("\n" + run_headline(args.run_dir) + "\n")
     print("\n".join(f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")))
     return 0

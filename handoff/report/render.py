@@ -12,6 +12,7 @@ from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
+from handoff.report.text import write_text_report
 from handoff.rules.metrics import ANY, Interval
 from handoff.rundir import ImportSection, RunDir
 
@@ -207,5 +208,5 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     write_atomic(md, text)
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)  # names and outputs are untrusted
     write_atomic(html, HTML_PAGE.format(title=escape(f"Hand-off report: {reduction.run}"), body=body))
-    return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()},
-            **pages.write_episode_pages(run.root, reduction)}
+    return {"report_md": md, "report_html": html, **write_text_report(run, reduction),
+            **{f"plot_{k}": v for k, v in plots.items()}, **pages.write_episode_pages(run.root, reduction)}

@@ -22,7 +22,7 @@ from tau2.metrics.agent_metrics import is_successful, pass_hat_k
 from handoff.rules.events import FormatKind
 from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
-from handoff.rules.violations import RuleId
+from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE, RuleId
 
 Z95 = 1.959963984540054
 N_BOOTSTRAP = 1000
@@ -445,6 +445,7 @@ def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     fired = lambda s: {v.rule for v in s.violations}
     rates = {rule.value: share(scores, lambda s, r=rule: r in fired(s)) for rule in RuleId}
     rates[ANY] = share(scores, lambda s: bool(s.violations))
+    rates[SUBSTANTIVE] = share(scores, lambda s: any(v.rule not in STYLE_RULES for v in s.violations))
     return rates
 
 

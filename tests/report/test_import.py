@@ -248,3 +248,14 @@ def test_a_checkpoint_planned_in_another_domain_only_holds_no_history_back(tmp_p
     for domain, checkpoint in (("airline", "a"), ("retail", "b")):
         rows, held_back = final_rows(RunDir(run.root), reduction, domain)
         assert ([r.checkpoint for r in rows], held_back) == ([checkpoint], [])
+
+
+def test_an_import_ends_with_the_headline_then_the_paths(tmp_path, capsys):
+    code, out, _ = cli(capsys, "import", results_file(tmp_path / "a.json", sim_dicts()), "--run-dir", tmp_path / "run")
+    assert code == 0
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:4] == ["checkpoint", "step", "domain", "episodes"])
+    assert lines[header + 1].split()[:4] == ["agent-x", "0", "retail", "3"]
+    assert "against the task label" in out and "substantive" in out
+    assert header < next(i for i, line in enumerate(lines) if line.startswith("  report_txt: "))
+    assert "](" not in out

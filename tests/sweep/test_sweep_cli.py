@@ -152,7 +152,10 @@ def test_multirun_of_two_scripted_sweeps_then_a_failed_report_exits_1(tmp_path):
     for seed in (0, 1):
         run_dir = base / f"m{seed}"
         assert len(RunPaths(run_dir).shards()) == 1, seed
-        assert RunPaths(run_dir).report_md.is_file()
+        assert RunPaths(run_dir).report_md.is_file() and RunPaths(run_dir).report_txt.is_file()
+    rows = [line.split()[:4] for line in proc.stdout.splitlines() if line.startswith("smollm2-135m-instruct ")]
+    assert rows == [["smollm2-135m-instruct", "0", "airline", "1"]] * 2, proc.stdout  # each job's headline
+    assert proc.stdout.index("substantive viol.") < proc.stdout.index("  report_txt: "), proc.stdout  # then its paths
     # The jobs shared one Ray: job 1's episode worker (its log is named by its pid) served job 2 too.
     workers = [{p.name for p in (RunPaths(base / f"m{seed}").root / LOGS).glob("worker-*.log")} for seed in (0, 1)]
     assert len(workers[0]) == 1 and workers[0] == workers[1], workers
