@@ -26,6 +26,7 @@ from handoff.records import read_shard, write_atomic
 from handoff.report.reducer import Reduction, cache_key
 from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
+from handoff.rules.violations import SUBSTANTIVE_RULES as SUBSTANTIVE_RULES_IDS
 from handoff.rundir import RunDir
 from handoff.scoring import ScoredEpisode
 
@@ -35,6 +36,7 @@ NO_HANDOFF = "none"  # the initiator filter's value for an episode without a han
 TRANSFERRED = "|".join(o.value for o in Outcome if o.transferred)
 SHOULD_TRANSFER = "|".join(o.value for o in Outcome if o.should_transfer)
 NOT_CORRECT_NO_TRANSFER = "|".join(o.value for o in Outcome if o is not Outcome.CORRECT_NO_TRANSFER)
+SUBSTANTIVE_RULES = "|".join(r.value for r in SUBSTANTIVE_RULES_IDS)  # the violation filter of "substantive"
 
 
 def slug(text: str) -> str:
@@ -121,7 +123,8 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
                        "file": f"{name}.js", "n": len(keyed)})
     for stale in set(data_dir.glob("*.js")) - {data_dir / s["file"] for s in slices}:
         stale.unlink()
-    meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction)}
+    meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction),
+            "labels": {SUBSTANTIVE_RULES: "substantive (any rule but the style rule)"}}
     path = folder / "index.html"
     fill = {"TITLE": escape(f"Episodes: {reduction.run}"), "META": json.dumps(meta).replace("<", "\\u003c")}
     write_atomic(path, re.sub("__(TITLE|META)__", lambda m: fill[m[1]], INDEX_PAGE))  # one pass: no name fills a slot
@@ -135,7 +138,7 @@ def _options(reduction: Reduction) -> dict[str, list[str]]:
         "domain": reduction.domains(),
         "rule": sorted({e.score.label.rule for e in eps}),
         "outcome": [o.value for o in Outcome],
-        "violation": ["any", "none", *(r.value for r in RuleId)],
+        "violation": ["any", "none", SUBSTANTIVE_RULES, *(r.value for r in RuleId)],
         "format": ["any", "none", *(k.value for k in FormatKind)],
         "termination": sorted({e.score.termination_reason for e in eps}),
         "initiator": ["user", "agent_offer", "agent", NO_HANDOFF],
@@ -188,7 +191,7 @@ function hasFinding(list, wanted) {
   if (!wanted) return true;
   if (wanted === "any") return list !== "";
   if (wanted === "none") return list === "";
-  return list.split(" ").includes(wanted);
+  return wanted.split("|").some(w => list.split(" ").includes(w));
 }
 function matches(r, p) {
   for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator"]) if (!oneOf(r[f], p.get(f))) return false;
@@ -211,7 +214,7 @@ function ensureLoaded(p) {
 function buildForm() {
   const form = document.getElementById("filters");
   for (const f of FILTERS) {
-    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option>${esc(v)}</option>`));
+    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option value="${esc(v)}">${esc(META.labels[v] || v)}</option>`));
     form.insertAdjacentHTML("beforeend", `<label>${f} <select name="${f}">${opts.join("")}</select></label>`);
   }
   form.insertAdjacentHTML("beforeend", '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +

@@ -104,7 +104,7 @@ PRECISION_RECALL = {
     "F1": (lambda m: m.handoff.f1, True),
 }
 RATES = {
-    "episodes with a policy violation": (lambda m: m.violation_rate["any"], True),
+    "episodes with a substantive violation": (lambda m: m.violation_rate.get("substantive", m.violation_rate["any"]), True),
     "format errors per 100 assistant turns": (lambda m: m.format_errors_per_100_turns["any"], False),
     "tau2 reward": (lambda m: m.tau2_reward, True),
 }

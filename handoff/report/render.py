@@ -12,8 +12,9 @@ from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.report.text import write_text_report
+from handoff.report.text import LABEL_NOTE, dominant_rule, write_text_report
 from handoff.rules.metrics import ANY, Interval
+from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE
 from handoff.rundir import ImportSection, RunDir
 
 # Headline columns: the value picked from a slice's metrics, and the index filter behind it.
@@ -25,7 +26,8 @@ HEADLINE = {
     "tau2 reward": (lambda m: m.tau2_reward, {"sort": "tau2"}),
     "pass^1": (lambda m: m.pass_hat_k.get(1), {"sort": "tau2"}),
     "reward": (lambda m: m.reward, {"sort": "reward"}),
-    "violations": (lambda m: m.violation_rate["any"], {"violation": "any"}),
+    "substantive violations": (lambda m: m.violation_rate.get(SUBSTANTIVE), {"violation": pages.SUBSTANTIVE_RULES}),
+    **{f"style: {r.value}": (lambda m, r=r: m.violation_rate.get(r.value), {"violation": r.value}) for r in STYLE_RULES},
     "format err./100 turns": (lambda m: m.format_errors_per_100_turns["any"], {"format": "any"}),
 }
 HTML_PAGE = """<!doctype html>
@@ -120,7 +122,9 @@ SECTIONS = [
      lambda m: m.handoff_delay_by_rule, lambda k: {"outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
     ("Hand-off quality: needed hand-offs made after a write; hand-off summaries naming the user and the ids",
      _quality, lambda k: {"outcome": pages.TRANSFERRED}),
-    ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),
+    (("Episodes with a policy violation, per rule (substantive: any rule but the style rule "
+      "multiple_actions_in_turn, a tool call with text beside it)"), lambda m: m.violation_rate,
+     lambda k: {"violation": pages.SUBSTANTIVE_RULES if k == SUBSTANTIVE else k}),
     ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns,
      lambda k: _any_or("format", k)),
     ("Termination reasons", lambda m: m.termination, lambda k: {"termination": k}),
@@ -173,6 +177,18 @@ def _reachable_tau2_table(reduction: Reduction) -> list[str]:
           fmt(g.metrics.tau2_success), fmt(g.tau2_success_reachable)] for g in groups])
 
 
+def _headline_notes(reduction: Reduction) -> list[str]:
+    """The label the headline judges against, and the rule each checkpoint breaks most often."""
+    lines = [LABEL_NOTE.replace(" is in report.md.", " is below."), ""]
+    for model, _ in reduction.checkpoints():
+        top = dominant_rule(reduction.group(model).metrics)
+        if top is not None:
+            kind = "the style rule" if top[0] in {r.value for r in STYLE_RULES} else "a substantive rule"
+            lines.append(f"- {model}: the most frequent violation is `{top[0]}` ({kind}), in "
+                         f"{linked(fmt(top[1]), checkpoint=model, violation=top[0])} of its episodes.")
+    return lines + [""]
+
+
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     lines = [f"# Hand-off report: {reduction.run}", "",
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
@@ -186,6 +202,7 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
                      *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
+    lines += _headline_notes(reduction)
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
     lines += _reachable_tau2_table(reduction)

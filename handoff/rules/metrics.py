@@ -196,6 +196,9 @@ RATIOS: dict[str, Ratio] = {
     "handoff_episode_accuracy": lambda s: (float(s.episode_correct_handoff), 1.0),
     "handoff_episode_f1": lambda s: _f1_terms(s, _episode_cell),
     "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
+    f"violation_rate_{SUBSTANTIVE}": lambda s: (float(any(v.rule not in STYLE_RULES for v in s.violations)), 1.0),
+    **{f"violation_rate/{rule.value}": (lambda s, r=rule: (float(any(v.rule is r for v in s.violations)), 1.0))
+       for rule in RuleId},
     "format_errors_per_100_turns_any": lambda s: (100.0 * _error_turns(s), float(s.n_assistant_turns)),
     "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
     "completion_tokens": lambda s: (float(s.completion_tokens), 1.0),

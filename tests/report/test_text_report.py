@@ -98,3 +98,21 @@ def test_an_empty_run_says_so(tmp_path):
     reduction = reduce_run(write_run(tmp_path / "run", {"x": (0, Behavior())}, {"retail": []}, shard_size=10))
     assert headline(reduction) == ["No episodes scored yet: nothing to show."]
     assert ALL not in [g.domain for g in shown_slices(reduction)]
+
+
+def test_report_md_shows_substantive_and_style_apart_and_the_dominant_rule(run, capsys):
+    from handoff.report.episodes import SUBSTANTIVE_RULES
+    from handoff.report.render import fmt, linked
+
+    assert main(["report", str(run)]) == 0
+    capsys.readouterr()
+    md = RunDir(run).report_md.read_text()
+    assert "| substantive violations | style: multiple_actions_in_turn |" in md and "| violations |" not in md
+    good = reduce_run(run).group("good")
+    substantive = good.metrics.violation_rate["substantive"]
+    assert linked(fmt(substantive), checkpoint="good", domain="all", violation=SUBSTANTIVE_RULES) in md
+    rule, iv = dominant_rule(good.metrics)
+    assert f"- good: the most frequent violation is `{rule}` (a substantive rule), in " in md
+    assert "against the task label" in md
+    assert SUBSTANTIVE_RULES.split("|") == ["write_without_confirmation", "write_before_authentication",
+                                            "action_after_transfer", "off_reference_write"]
