@@ -39,6 +39,11 @@ NOT_CORRECT_NO_TRANSFER = "|".join(o.value for o in Outcome if o is not Outcome.
 SUBSTANTIVE_RULES = "|".join(r.value for r in SUBSTANTIVE_RULES_IDS)  # the violation filter of "substantive"
 
 
+def natural_key(task_id: str) -> tuple:
+    """Task ids in numeric order (1, 2, 10, then explicit_request-12-insist): digit runs compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", task_id) if part)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
 
@@ -117,7 +122,8 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
     data_dir.mkdir(parents=True, exist_ok=True)
     for (model, step, domain), keyed in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         name = f"{slug(model)}__{domain}"
-        body = json.dumps([row for _, row in sorted(keyed, key=lambda kr: kr[0])], separators=(",", ":"))
+        body = json.dumps([row for _, row in sorted(keyed, key=lambda kr: (natural_key(kr[1][0]), kr[0]))],
+                          separators=(",", ":"))
         write_atomic(data_dir / f"{name}.js", f"handoffRows({json.dumps(name)},{body});\n")
         slices.append({"id": name, "checkpoint": model, "step": step, "domain": domain,
                        "file": f"{name}.js", "n": len(keyed)})
@@ -253,7 +259,8 @@ function compare(key) {
   const desc = key.startsWith("-"), k = desc ? key.slice(1) : key;
   return (a, b) => {
     const x = a[k], y = b[k];
-    const c = x === y ? 0 : x === null ? 1 : y === null ? -1 : x < y ? -1 : 1;
+    const c = x === y ? 0 : x === null ? 1 : y === null ? -1 : typeof x === "string" && typeof y === "string"
+      ? x.localeCompare(y, "en", {numeric: true}) : x < y ? -1 : 1;  // task 2 before task 10
     return desc ? -c : c;
   };
 }

@@ -12,7 +12,8 @@ from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.report.text import LABEL_NOTE, dominant_rule, write_text_report
+from handoff.report.text import LABEL_NOTE, dominant_rule, truncation_notes, write_text_report
+from handoff.rules.label import display_name
 from handoff.rules.metrics import ANY, Interval
 from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE
 from handoff.rundir import ImportSection, RunDir
@@ -186,7 +187,14 @@ def _headline_notes(reduction: Reduction) -> list[str]:
             kind = "the style rule" if top[0] in {r.value for r in STYLE_RULES} else "a substantive rule"
             lines.append(f"- {model}: the most frequent violation is `{top[0]}` ({kind}), in "
                          f"{linked(fmt(top[1]), checkpoint=model, violation=top[0])} of its episodes.")
-    return lines + [""]
+    return lines + ["", *truncation_notes(reduction), "", *_rule_legend(reduction)]
+
+
+def _rule_legend(reduction: Reduction) -> list[str]:
+    """What each label rule of the run says (the ids stay as they are in files and filters)."""
+    rules = sorted({r for g in reduction.groups for r in
+                    [*g.metrics.transfer_rate_by_rule, *g.metrics.transfer_rate_by_episode_rule]})
+    return ["Label rules: " + "; ".join(f"`{r}`: {display_name(r)}" for r in rules) + ".", ""] if rules else []
 
 
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:

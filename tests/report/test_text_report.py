@@ -114,5 +114,6 @@ def test_report_md_shows_substantive_and_style_apart_and_the_dominant_rule(run, 
     rule, iv = dominant_rule(good.metrics)
     assert f"- good: the most frequent violation is `{rule}` (a substantive rule), in " in md
     assert "against the task label" in md
+    assert "`override:no_transfer`: should transfer: hand-checked, overrides no_transfer" in md  # a rule's display name
     assert SUBSTANTIVE_RULES.split("|") == ["write_without_confirmation", "write_before_authentication",
                                             "action_after_transfer", "off_reference_write"]
