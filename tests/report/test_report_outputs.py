@@ -147,7 +147,8 @@ def test_the_report_is_rewritten_when_the_scorer_or_the_report_code_changes(tmp_
 @pytest.mark.parametrize("argv, message", [
     (["report", "{tmp}"], "not a run directory"),
     (["compare", "{run}"], "name two different checkpoints"),
-    (["compare", "{run}", "{run}", "--a", "good"], "has checkpoints"),
+    (["compare", "{run}", "{run}", "--a", "good"], "has checkpoints bad, good, twin: name one with --a NAME (side A, "
+     "the first run) or --b NAME (side B), e.g. --a bad"),
     (["compare", "{run}", "--a", "good", "--b", "nope"], "no checkpoint 'nope'"),
 ])
 def test_bad_input_is_a_clear_error(run, tmp_path, capsys, argv, message):
