@@ -26,12 +26,14 @@ from handoff.records import read_shard, write_atomic
 from handoff.report.reducer import Reduction, cache_key
 from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
+from handoff.rules.outcome import OutcomeDetail
 from handoff.rules.violations import SUBSTANTIVE_RULES as SUBSTANTIVE_RULES_IDS
 from handoff.rundir import RunDir
 from handoff.scoring import ScoredEpisode
 
 INDEX = "episodes/index.html"  # relative to report/
-FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator")
+FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator", "detail",
+           "episode_detail")
 NO_HANDOFF = "none"  # the initiator filter's value for an episode without a hand-off
 TRANSFERRED = "|".join(o.value for o in Outcome if o.transferred)
 SHOULD_TRANSFER = "|".join(o.value for o in Outcome if o.should_transfer)
@@ -108,7 +110,8 @@ def index_row(shard: str, ep: ScoredEpisode) -> list:
             " ".join(sorted({v.rule.value for v in s.violations})),
             " ".join(sorted({f.kind.value for f in s.format_errors})), s.termination_reason,
             s.tau2_reward, round(s.reward, 4), episode_href(shard, ep),
-            s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF]
+            s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF,
+            s.outcome_detail().value, s.outcome_detail(episode=True).value]
 
 
 def write_index(run: RunDir, reduction: Reduction) -> Path:
@@ -148,6 +151,8 @@ def _options(reduction: Reduction) -> dict[str, list[str]]:
         "format": ["any", "none", *(k.value for k in FormatKind)],
         "termination": sorted({e.score.termination_reason for e in eps}),
         "initiator": ["user", "agent_offer", "agent", NO_HANDOFF],
+        "detail": [d.value for d in OutcomeDetail],
+        "episode_detail": [d.value for d in OutcomeDetail],
     }
 
 
@@ -177,7 +182,8 @@ th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 <script>const META = __META__;</script>
 <script>
 "use strict";
-const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator"];
+const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator", "detail",
+  "episode_detail"];
 const COLS = [["checkpoint", "checkpoint"], ["step", "step"], ["domain", "domain"], ["task", "task"],
   ["trial", "trial"], ["rule", "label rule"], ["outcome", "outcome"], ["turn", "hand-off turn"], ["initiator", "initiator"],
   ["violations", "violations"], ["formats", "format errors"], ["termination", "termination"],
@@ -188,7 +194,7 @@ function handoffRows(id, data) {
   const at = META.slices.findIndex(x => x.id === id), s = META.slices[at];
   data.forEach((r, i) => rows.push({order: at * 1e7 + i, checkpoint: s.checkpoint, step: s.step, domain: s.domain, task: r[0],
     trial: r[1], rule: r[2], outcome: r[3], turn: r[4], violations: r[5], formats: r[6], termination: r[7],
-    tau2: r[8], reward: r[9], href: r[10], initiator: r[11]}));
+    tau2: r[8], reward: r[9], href: r[10], initiator: r[11], detail: r[12], episode_detail: r[13]}));
   loaded[id] = true;
 }
 const params = () => new URLSearchParams(location.hash.slice(1));
@@ -200,7 +206,8 @@ function hasFinding(list, wanted) {
   return wanted.split("|").some(w => list.split(" ").includes(w));
 }
 function matches(r, p) {
-  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator"]) if (!oneOf(r[f], p.get(f))) return false;
+  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator", "detail", "episode_detail"])
+    if (!oneOf(r[f], p.get(f))) return false;
   if (!hasFinding(r.violations, p.get("violation")) || !hasFinding(r.formats, p.get("format"))) return false;
   const t = p.get("tau2_min"), w = p.get("reward_min");
   if (t && !(r.tau2 !== null && r.tau2 >= +t)) return false;

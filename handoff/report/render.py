@@ -12,7 +12,7 @@ from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
-from handoff.report.text import LABEL_NOTE, dominant_rule, truncation_notes, write_text_report
+from handoff.report.text import LABEL_NOTE, dominant_rule, shown_domains, truncation_notes, write_text_report
 from handoff.rules.label import display_name
 from handoff.rules.metrics import ANY, Interval
 from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE
@@ -28,13 +28,18 @@ HEADLINE = {
     "pass^1": (lambda m: m.pass_hat_k.get(1), {"sort": "tau2"}),
     "reward": (lambda m: m.reward, {"sort": "reward"}),
     "substantive violations": (lambda m: m.violation_rate.get(SUBSTANTIVE), {"violation": pages.SUBSTANTIVE_RULES}),
-    **{f"style: {r.value}": (lambda m, r=r: m.violation_rate.get(r.value), {"violation": r.value}) for r in STYLE_RULES},
+    **{"style violations" + "'" * i: (lambda m, r=r: m.violation_rate.get(r.value), {"violation": r.value})
+       for i, r in enumerate(STYLE_RULES)},  # multiple_actions_in_turn (the note under the table says so)
     "format err./100 turns": (lambda m: m.format_errors_per_100_turns["any"], {"format": "any"}),
 }
+HEADLINE_DIGITS = 2  # the headline's 14 columns fit 1,400 px; the sections below have 3 digits
+
+# Numbers never wrap; a table wider than the page scrolls within itself (display:block), never the page.
 HTML_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}
-table{{border-collapse:collapse;font-size:90%}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+<style>body{{font-family:sans-serif;max-width:1600px;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse;font-size:90%;display:block;max-width:100%;overflow-x:auto}}
+td,th{{border:1px solid #ccc;padding:2px 6px}}td{{white-space:nowrap}}th{{vertical-align:bottom}}
 img{{max-width:100%}}</style></head><body>
 {body}</body></html>
 """
@@ -61,7 +66,7 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 def _slices(reduction: Reduction):
     """(checkpoint, step, domain, metrics) for every domain and all domains together."""
     for model, step in reduction.checkpoints():
-        for domain in reduction.domains() + [ALL]:
+        for domain in shown_domains(reduction):
             try:
                 yield model, step, domain, reduction.group(model, domain).metrics
             except KeyError:
@@ -72,7 +77,9 @@ def _keyed_table(reduction: Reduction, pick, filters, digits: int = 3) -> list[s
     """A table with one column per key of a dict of Intervals picked from each slice's metrics;
     `filters(key)` gives the index filter of a column."""
     rows = [(model, step, domain, pick(m)) for model, step, domain, m in _slices(reduction)]
-    keys = sorted({k for *_, d in rows for k in d})
+    keys = sorted({k for *_, d in rows for k, iv in d.items() if iv.n})
+    if not keys:
+        return ["Nothing to show: no episode of this run has one.", ""]
     return table(["checkpoint", "step", "domain", *keys],
                  [[model, step, domain, *(_cell(d.get(k), digits, checkpoint=model, domain=domain, **filters(k)) for k in keys)]
                   for model, step, domain, d in rows])
@@ -111,9 +118,10 @@ SECTIONS = [
     ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
     ("Hand-off under the episode label (the task's, or 1 after a user request; docs/metrics.md)", _episode_label,
      lambda k: {}),
-    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details, lambda k: {}),
+    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details,
+     lambda k: {"detail": k}),
     ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
-     lambda k: {}),
+     lambda k: {"episode_detail": k}),
     ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {"initiator": k}),
     (("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
       "checkpoints is the agent provoking it)"), _user_simulator, lambda k: {}),
@@ -157,7 +165,7 @@ def imported(section: ImportSection | None) -> list[str]:
                 m.task_id if m.trial == 0 else f"{m.task_id} (trial {m.trial})")
         lines += ["### Reward mismatches", ""] + table(
             ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
-            [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
+            [[*key, len(ids), ", ".join(sorted(ids, key=pages.natural_key))] for key, ids in tasks.items()])
     if section.replay_errors:
         lines += ["### Replay errors", ""] + table(
             ["checkpoint", "task", "trial", "error"],
@@ -167,7 +175,7 @@ def imported(section: ImportSection | None) -> list[str]:
 
 def _reachable_tau2_table(reduction: Reduction) -> list[str]:
     """tau2's reward and success with and without the tasks whose gold no policy-following agent reaches."""
-    groups = [g for model, _ in reduction.checkpoints() for domain in reduction.domains() + [ALL]
+    groups = [g for model, _ in reduction.checkpoints() for domain in shown_domains(reduction)
               for g in reduction.groups if (g.model, g.domain, g.rule) == (model, domain, ALL)]
     return ["## tau2 reward without unreachable golds", "",
             "Without the episodes of tasks whose reference solution breaks the policy in a way no correct agent "
@@ -180,7 +188,9 @@ def _reachable_tau2_table(reduction: Reduction) -> list[str]:
 
 def _headline_notes(reduction: Reduction) -> list[str]:
     """The label the headline judges against, and the rule each checkpoint breaks most often."""
-    lines = [LABEL_NOTE.replace(" is in report.md.", " is below."), ""]
+    lines = [LABEL_NOTE.replace(" is in report.md.", " is below.") + " Substantive violations: any rule but the "
+             "style rule; style violations: " + ", ".join(f"`{r.value}`" for r in STYLE_RULES)
+             + " (a tool call with text beside it).", ""]
     for model, _ in reduction.checkpoints():
         top = dominant_rule(reduction.group(model).metrics)
         if top is not None:
@@ -208,7 +218,8 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
-                     *(_cell(pick(m), checkpoint=model, domain=domain, **f) for pick, f in HEADLINE.values())]
+                     *(_cell(pick(m), HEADLINE_DIGITS, checkpoint=model, domain=domain, **f)
+                       for pick, f in HEADLINE.values())]
                     for model, step, domain, m in _slices(reduction)])
     lines += _headline_notes(reduction)
     adaptive = adaptive_result(run)
@@ -217,6 +228,9 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     for title, *section in SECTIONS:
         lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]
+    if plots and len({step for _, step in reduction.checkpoints()}) < 2:
+        lines += ["One checkpoint step: the plots against the step (precision and recall, rates) need two; "
+                  "the tables above hold their values.", ""]
     lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
     return "\n".join(lines)
 

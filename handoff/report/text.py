@@ -44,11 +44,15 @@ def grid(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
 
 
-def shown_slices(reduction: Reduction) -> list[GroupMetrics]:
-    """Each checkpoint's domains, then all domains together when there are several (one domain's
-    `all` row would repeat it)."""
+def shown_domains(reduction: Reduction) -> list[str]:
+    """The run's domains, then `all` when there are several (one domain's `all` would repeat it)."""
     domains = reduction.domains()
-    wanted = domains + ([ALL] if len(domains) > 1 else [])
+    return domains + ([ALL] if len(domains) > 1 else [])
+
+
+def shown_slices(reduction: Reduction) -> list[GroupMetrics]:
+    """Each checkpoint's slices of shown_domains."""
+    wanted = shown_domains(reduction)
     out = []
     for model, _ in reduction.checkpoints():
         for domain in wanted:

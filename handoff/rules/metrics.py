@@ -245,6 +245,7 @@ def compute_metrics(
     task has, as tau2 does)."""
     by_task = _by_task(scores)
     boot = _TaskSums(by_task, n_bootstrap, seed)
+    success = share(scores, lambda s: is_successful(_tau2_reward(s)))
     return Metrics(
         n_episodes=len(scores),
         n_tasks=len(by_task),
@@ -253,8 +254,8 @@ def compute_metrics(
         transfer_rate_by_rule=_transfer_rates(scores),
         handoff_turn_by_rule=_handoff_turns(scores),
         tau2_reward=boot.interval(RATIOS["tau2_reward"]),
-        tau2_success=share(scores, lambda s: is_successful(_tau2_reward(s))),
-        pass_hat_k=_pass_hat_k(by_task, boot, ks),
+        tau2_success=success,
+        pass_hat_k=_same_as_success(_pass_hat_k(by_task, boot, ks), success),
         reward=boot.interval(RATIOS["reward"]),
         violation_rate=_violation_rates(scores),
         format_errors_per_100_turns=_format_rates(scores),
@@ -442,6 +443,15 @@ def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], boot: _TaskSums, ks:
         ]
         out[k] = boot.interval_of(np.array(per_task), np.ones(len(per_task)))  # mean over tasks
     return out
+
+
+def _same_as_success(pass_k: dict[int, Interval], success: Interval) -> dict[int, Interval]:
+    """pass^1 is tau2 success when every task has as many trials: then it gets success's interval
+    (clustered Wilson; the bootstrap gives [0, 0] for 0 successes, where Wilson gives [0, 0.49])."""
+    one = pass_k.get(1)
+    if one is not None and one.value is not None and success.value is not None and math.isclose(one.value, success.value):
+        pass_k[1] = success.model_copy(update={"value": one.value})
+    return pass_k
 
 
 def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:

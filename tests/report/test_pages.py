@@ -186,7 +186,7 @@ def test_browser_report_number_links_to_its_episodes(run):
     confusion = reduction.group("late", "retail").metrics.handoff.confusion
     recall = next(a for a in links if parse_qs(urlsplit(a["href"]).fragment).get("outcome") == ["correct_handoff|missed_handoff"]
                   and "checkpoint=late" in a["href"] and "domain=retail" in a["href"])
-    assert recall["text"].startswith(f"{confusion.tp / (confusion.tp + confusion.fn):.3f}")
+    assert recall["text"].startswith(f"{confusion.tp / (confusion.tp + confusion.fn):.2f} [")  # the headline: 2 digits
     path, fragment = recall["href"].split("#")
     n, rows, _ = _index(run, fragment)
     assert n == confusion.tp + confusion.fn == len(rows)

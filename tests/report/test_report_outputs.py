@@ -56,7 +56,8 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
         m = g.metrics
         where = {"checkpoint": g.model, "domain": g.domain}
         row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | "
-               f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}")
+               f"{linked(fmt(m.handoff.accuracy, 2), **where)} | "
+               f"{linked(fmt(m.handoff.precision, 2), **where, outcome=TRANSFERRED)}")
         assert row in md
     assert "## Hand-off under the episode label" in md and "| user_ended_for_transfer | user_request_offscript |" in md
     good = reduction.group("good")  # airline 9 is in the sample: its gold is unreachable (issue 32)

@@ -107,10 +107,11 @@ def test_report_md_shows_substantive_and_style_apart_and_the_dominant_rule(run, 
     assert main(["report", str(run)]) == 0
     capsys.readouterr()
     md = RunDir(run).report_md.read_text()
-    assert "| substantive violations | style: multiple_actions_in_turn |" in md and "| violations |" not in md
+    assert "| substantive violations | style violations |" in md and "| violations |" not in md
+    assert "style violations: `multiple_actions_in_turn` (a tool call with text beside it)" in md
     good = reduce_run(run).group("good")
     substantive = good.metrics.violation_rate["substantive"]
-    assert linked(fmt(substantive), checkpoint="good", domain="all", violation=SUBSTANTIVE_RULES) in md
+    assert linked(fmt(substantive, 2), checkpoint="good", domain="all", violation=SUBSTANTIVE_RULES) in md
     rule, iv = dominant_rule(good.metrics)
     assert f"- good: the most frequent violation is `{rule}` (a substantive rule), in " in md
     assert "against the task label" in md
