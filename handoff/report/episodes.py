@@ -24,12 +24,13 @@ from urllib.parse import urlencode
 
 from handoff.records import read_shard, write_atomic
 from handoff.report.reducer import Reduction, cache_key
+from handoff.report.search import SEARCH_FILE, search_text
 from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
 from handoff.rules.outcome import OutcomeDetail
 from handoff.rules.violations import SUBSTANTIVE_RULES as SUBSTANTIVE_RULES_IDS
 from handoff.rundir import RunDir
-from handoff.scoring import ScoredEpisode
+from handoff.scoring import ScoredEpisode, trajectory_of
 
 INDEX = "episodes/index.html"  # relative to report/
 FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator", "detail",
@@ -87,15 +88,18 @@ def write_transcripts(run: RunDir, reduction: Reduction) -> int:
             continue
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        by_key = {ep.key: ep for ep in scored}
+        by_key, texts = {ep.key: ep for ep in scored}, []
         for record in read_shard(run.shard_path(shard)):
             ep = by_key[record.key]
             back = "../../" + link(checkpoint=ep.model, domain=ep.score.domain).removeprefix("episodes/")
             nav = f"<p><a href='{back}'>&larr; episodes of {escape(ep.model)} / {escape(ep.score.domain)}</a></p>"
+            traj = trajectory_of(record)
             (root.parent / episode_href(shard, ep)).write_text(
                 page(f"{ep.model} {ep.score.domain} {ep.score.task_id} trial {ep.trial}",
-                     nav + transcript_html(record, ep)))
+                     nav + transcript_html(record, ep, traj)))
+            texts.append([episode_href(shard, ep), search_text(traj)])
             written += 1
+        write_atomic(folder / SEARCH_FILE, "handoffText(" + json.dumps(texts, separators=(",", ":")) + ");\n")
         write_atomic(stamp_path, stamp)  # last: an interrupted shard is redone next time
     live = {slug(s) for s in reduction.by_shard}
     for stale in (p for p in root.glob("*") if p.name not in live) if root.is_dir() else ():
@@ -118,9 +122,11 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
     """index.html and one data file per (checkpoint, domain)."""
     folder = run.report / "episodes"
     rows: dict[tuple[str, int, str], list] = defaultdict(list)
+    shards: dict[tuple[str, int, str], set[str]] = defaultdict(set)  # whose search texts a slice needs
     for shard, scored in reduction.by_shard.items():
         for ep in scored:
             rows[(ep.model, ep.step, ep.score.domain)].append((ep.key, index_row(shard, ep)))
+            shards[(ep.model, ep.step, ep.score.domain)].add(shard)
     slices, data_dir = [], folder / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     for (model, step, domain), keyed in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
@@ -129,7 +135,8 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
                           separators=(",", ":"))
         write_atomic(data_dir / f"{name}.js", f"handoffRows({json.dumps(name)},{body});\n")
         slices.append({"id": name, "checkpoint": model, "step": step, "domain": domain,
-                       "file": f"{name}.js", "n": len(keyed)})
+                       "file": f"{name}.js", "n": len(keyed),
+                       "search": [f"transcripts/{slug(s)}/{SEARCH_FILE}" for s in sorted(shards[(model, step, domain)])]})
     for stale in set(data_dir.glob("*.js")) - {data_dir / s["file"] for s in slices}:
         stale.unlink()
     meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction),
@@ -167,7 +174,7 @@ INDEX_PAGE = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>__TITLE__</title>
 <style>
 body{font-family:system-ui,sans-serif;font-size:14px;margin:1em 2em}
-#filters label{margin-right:10px;white-space:nowrap}#filters input{width:5em}#filters{margin:8px 0;line-height:2}
+#filters label{margin-right:10px;white-space:nowrap}#filters input{width:5em}#filters input.text{width:16em}#filters{margin:8px 0;line-height:2}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
 th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 .correct_handoff,.correct_no_transfer{color:#1d7a36}.missed_handoff,.unneeded_handoff{color:#b22a1d;font-weight:600}
@@ -189,7 +196,7 @@ const COLS = [["checkpoint", "checkpoint"], ["step", "step"], ["domain", "domain
   ["violations", "violations"], ["formats", "format errors"], ["termination", "termination"],
   ["tau2", "tau2 reward"], ["reward", "reward"]];
 const PAGE = 100;
-const rows = [], loaded = {}, requested = {};
+const rows = [], loaded = {}, requested = {}, TEXT = {};
 function handoffRows(id, data) {
   const at = META.slices.findIndex(x => x.id === id), s = META.slices[at];
   data.forEach((r, i) => rows.push({order: at * 1e7 + i, checkpoint: s.checkpoint, step: s.step, domain: s.domain, task: r[0],
@@ -197,6 +204,7 @@ function handoffRows(id, data) {
     tau2: r[8], reward: r[9], href: r[10], initiator: r[11], detail: r[12], episode_detail: r[13]}));
   loaded[id] = true;
 }
+function handoffText(list) { for (const [href, text] of list) TEXT[href] = text; }
 const params = () => new URLSearchParams(location.hash.slice(1));
 const oneOf = (value, wanted) => !wanted || wanted.split("|").includes(String(value));
 function hasFinding(list, wanted) {
@@ -209,20 +217,26 @@ function matches(r, p) {
   for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator", "detail", "episode_detail"])
     if (!oneOf(r[f], p.get(f))) return false;
   if (!hasFinding(r.violations, p.get("violation")) || !hasFinding(r.formats, p.get("format"))) return false;
+  const q = (p.get("text") || "").trim().toLowerCase();  // free text: user, agent and tool calls
+  if (q && !(TEXT[r.href] || "").includes(q)) return false;
   const t = p.get("tau2_min"), w = p.get("reward_min");
   if (t && !(r.tau2 !== null && r.tau2 >= +t)) return false;
   return !(w && r.reward < +w);
 }
+function load(src, id) {
+  if (requested[id]) return;
+  requested[id] = true;
+  const el = document.createElement("script");
+  el.src = src;
+  el.onload = () => { loaded[id] = true; render(); };
+  document.head.appendChild(el);
+}
 function ensureLoaded(p) {
-  const missing = META.slices.filter(s => oneOf(s.checkpoint, p.get("checkpoint")) && oneOf(s.domain, p.get("domain")) && !loaded[s.id]);
-  for (const s of missing) if (!requested[s.id]) {
-    requested[s.id] = true;
-    const el = document.createElement("script");
-    el.src = "data/" + s.file;
-    el.onload = render;
-    document.head.appendChild(el);
-  }
-  return missing.length === 0;
+  const wanted = META.slices.filter(s => oneOf(s.checkpoint, p.get("checkpoint")) && oneOf(s.domain, p.get("domain")));
+  const files = wanted.filter(s => !loaded[s.id]).map(s => ["data/" + s.file, s.id]);
+  if (p.get("text")) for (const s of wanted) for (const f of s.search) if (!loaded[f]) files.push([f, f]);
+  for (const [src, id] of files) load(src, id);
+  return files.length === 0;
 }
 function buildForm() {
   const form = document.getElementById("filters");
@@ -230,7 +244,9 @@ function buildForm() {
     const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option value="${esc(v)}">${esc(META.labels[v] || v)}</option>`));
     form.insertAdjacentHTML("beforeend", `<label>${f} <select name="${f}">${opts.join("")}</select></label>`);
   }
-  form.insertAdjacentHTML("beforeend", '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +
+  form.insertAdjacentHTML("beforeend", '<label>text <input name="text" type="search" class="text" ' +
+    'placeholder="in user, agent, tool calls"></label>' +
+    '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +
     '<label>reward &ge; <input name="reward_min" type="number" step="0.1" size="4"></label>');
   form.addEventListener("change", () => {
     const p = params(), q = new URLSearchParams();
