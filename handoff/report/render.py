@@ -10,6 +10,8 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
+from handoff.report.over_training import PAGE as TASK_GRID
+from handoff.report.over_training import write_task_grid
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
 from handoff.report.text import LABEL_NOTE, dominant_rule, shown_domains, truncation_notes, write_text_report
@@ -214,7 +216,9 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              + (f"; not this run's, skipped: {', '.join(reduction.foreign_shards)}" if reduction.foreign_shards else "")
              + f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
              "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
-             f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
+             f"behind it; [all episodes]({pages.link()}) (filter and sort them there)"
+             + (f"; [tasks x checkpoints]({TASK_GRID}) (which tasks flipped, at which step)."
+                if len(reduction.checkpoints()) > 1 else "."), "",
              *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", *HEADLINE],
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain),
@@ -247,5 +251,5 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     write_atomic(md, text)
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)  # names and outputs are untrusted
     write_atomic(html, HTML_PAGE.format(title=escape(f"Hand-off report: {reduction.run}"), body=body))
-    return {"report_md": md, "report_html": html, **write_text_report(run, reduction),
+    return {"report_md": md, "report_html": html, **write_text_report(run, reduction), **write_task_grid(run, reduction),
             **{f"plot_{k}": v for k, v in plots.items()}, **pages.write_episode_pages(run.root, reduction)}
