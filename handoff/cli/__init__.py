@@ -14,7 +14,7 @@ from handoff.errors import HandoffError, exit_on_user_error
 
 # Subcommands in workflow order; each module adds its own through `register` (a keyword's module
 # has a trailing underscore: handoff.cli.import_).
-COMMANDS = ("sweep", "import", "report", "compare", "export", "score", "reduce", "labels")
+COMMANDS = ("sweep", "import", "report", "compare", "leaderboard", "export", "score", "reduce", "labels")
 
 EXAMPLES = """examples:
   handoff sweep                                  run the default sweep (conf/sweep.yaml)
@@ -25,6 +25,7 @@ EXAMPLES = """examples:
   handoff report runs/default-20260101-120000    report.md/html with plots, episode pages
   handoff compare runs/a runs/b                  paired differences with 95% intervals, flips
   handoff compare runs/a runs/b --html f.html    the flipped tasks' transcripts side by side
+  handoff leaderboard runs/a runs/b --html lb.html   one row per checkpoint across runs, sortable
   handoff import results.json --run-dir runs/x   a tau2 results file as a run (rewards re-evaluated)
   handoff score results.json                     rules and reward of a tau2 results file
 
@@ -36,9 +37,18 @@ class UsageError(HandoffError):
     """Bad command-line input: printed as `handoff: <message>` with exit status 2."""
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, with the commands' help in a column past the longest command name (argparse
+    does not count the subcommands' names and puts a long one's help on a line of its own)."""
+
+    def __init__(self, prog: str):
+        super().__init__(prog)
+        self._action_max_length = 4 + max(map(len, COMMANDS))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="handoff", description=__doc__, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {handoff.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:

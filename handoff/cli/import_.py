@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from handoff.importing import counts, import_files
     from handoff.report import finish_run
     from handoff.report.imported import drift_lines, left_out_warnings
+    from handoff.report.text import run_headline
 
     section = import_files(args.run_dir, args.files, name=args.name, domain=args.domain,
                            checkpoints=args.checkpoint, steps=args.step, keep_mismatched=args.keep_mismatched,
@@ -64,5 +65,6 @@ def run(args: argparse.Namespace) -> int:
     for warning in drift_lines(section) + left_out_warnings(section):
         print(f"WARNING: {warning}", file=sys.stderr)
     paths = finish_run(args.run_dir)
+    print("\n" + run_headline(args.run_dir) + "\n")
     print("\n".join(f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")))
     return 0

@@ -22,7 +22,7 @@ import sys
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("score", help="score a tau2 SimulationRun JSON or results JSON with the rules",
+    parser = subparsers.add_parser("score", help="score a tau2 results or SimulationRun JSON with the rules",
                                    description=__doc__)
     parser.add_argument("path", help="tau2 results JSON, JSON list of SimulationRuns or SimulationRun JSON")
     parser.add_argument("--domain", help="tau2 domain (required where the file does not name it)")

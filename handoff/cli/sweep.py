@@ -6,5 +6,5 @@ from __future__ import annotations
 
 def register(subparsers) -> None:
     # Listed for `handoff --help` only: `handoff sweep ...` never reaches argparse.
-    subparsers.add_parser("sweep", help="run or resume a sweep of checkpoints x tasks (Hydra overrides)",
+    subparsers.add_parser("sweep", help="run or resume a sweep: checkpoints x tasks (Hydra overrides)",
                             add_help=False)

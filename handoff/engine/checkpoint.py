@@ -42,17 +42,28 @@ def is_verl_actor(path: str | Path) -> bool:
     return bool(verl_shards(Path(path)))
 
 
-def problems(path: str | Path, tokenizer: str | None = None) -> list[str]:
-    """What the checkpoint directory `path` lacks for vLLM (empty when it can be served)."""
+TOKENIZER_KEY = "model.<name>.tokenizer"  # the config key a hint names when the caller knows no better
+
+
+def problems(path: str | Path, tokenizer: str | None = None, tokenizer_key: str = TOKENIZER_KEY) -> list[str]:
+    """What the checkpoint directory `path` lacks for vLLM (empty when it can be served);
+    `tokenizer_key` is the config key of its tokenizer, which a missing tokenizer's hint names."""
     path = Path(path)
     if not path.is_dir():
         return [f"{path}: checkpoint directory does not exist"]
     if is_verl_actor(path):
-        return _verl_problems(path, tokenizer)
+        return _verl_problems(path, tokenizer, tokenizer_key)
     out = [] if (path / "config.json").is_file() else [f"{path}: no config.json"]
     out += _weight_problems(path)
-    out += _tokenizer_problems(path, tokenizer)
+    out += _tokenizer_problems(path, tokenizer, tokenizer_key)
     return out
+
+
+def tokenizer_problems(path: str | Path, tokenizer: str | None = None, tokenizer_key: str = TOKENIZER_KEY) -> list[str]:
+    """What an engine that only tokenizes (the scripted one) misses: the tokenizer files of
+    `tokenizer`, else of the checkpoint (a verl actor's are in its huggingface/)."""
+    path = Path(path)
+    return _tokenizer_problems(path / "huggingface" if is_verl_actor(path) else path, tokenizer, tokenizer_key)
 
 
 def _weight_problems(path: Path) -> list[str]:
@@ -86,15 +97,15 @@ def _safetensors_problem(file: Path) -> str | None:
     return None
 
 
-def _tokenizer_problems(path: Path, tokenizer: str | None) -> list[str]:
+def _tokenizer_problems(path: Path, tokenizer: str | None, key: str = TOKENIZER_KEY) -> list[str]:
     where = Path(tokenizer) if tokenizer else path
     if any((where / f).is_file() for f in TOKENIZER_FILES):
         return []
-    given = f"the tokenizer {where} (model.tokenizer)" if tokenizer else f"{path}"
-    return [f"{given}: no tokenizer ({', '.join(TOKENIZER_FILES)}); set model.tokenizer to a tokenizer directory"]
+    given = f"the tokenizer {where} ({key})" if tokenizer else f"{path}"
+    return [f"{given}: no tokenizer ({', '.join(TOKENIZER_FILES)}); set {key} to a tokenizer directory"]
 
 
-def _verl_problems(path: Path, tokenizer: str | None) -> list[str]:
+def _verl_problems(path: Path, tokenizer: str | None, tokenizer_key: str = TOKENIZER_KEY) -> list[str]:
     shards = verl_shards(path)
     sizes = {int(SHARD.fullmatch(p.name).group(1)) for p in shards}
     ranks = {int(SHARD.fullmatch(p.name).group(2)) for p in shards}
@@ -106,7 +117,7 @@ def _verl_problems(path: Path, tokenizer: str | None) -> list[str]:
     hf = path / "huggingface"
     if not (hf / "config.json").is_file():
         out.append(f"{hf}: no config.json (verl saves the model config there)")
-    return out + _tokenizer_problems(hf, tokenizer)
+    return out + _tokenizer_problems(hf, tokenizer, tokenizer_key)
 
 
 def content_key(path: str | Path) -> str:

@@ -87,8 +87,8 @@ def _finish_locked(run: RunDir, cfg, report: bool) -> dict[str, Path]:
 def _report(run: RunDir, reduction: Reduction, logger_cfg: dict) -> dict[str, Path]:
     """The report, rewritten unless the one there was made from the same inputs."""
     stamp, inputs = run.report / ".inputs.sha256", report_inputs(run, reduction, logger_cfg)
-    if run.report_md.is_file() and stamp.is_file() and stamp.read_text() == inputs:
-        return {"report_md": run.report_md, "report_html": run.report_html}
+    if run.report_txt.is_file() and stamp.is_file() and stamp.read_text() == inputs:
+        return {"report_md": run.report_md, "report_html": run.report_html, "report_txt": run.report_txt}
     paths = write_report(run.root, reduction)
     write_atomic(stamp, inputs)
     return paths

@@ -74,7 +74,8 @@ def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None)
     names = sorted({e.model for e in episodes})
     if checkpoint is None:
         if len(names) != 1:
-            raise RunDirError(f"{run_dir} has checkpoints {', '.join(names) or '(none)'}: name one")
+            raise RunDirError(f"{run_dir} has checkpoints {', '.join(names) or '(none)'}: name one with --a NAME "
+                              f"(side A, the first run) or --b NAME (side B), e.g. --a {names[0] if names else 'NAME'}")
         checkpoint = names[0]
     if checkpoint not in names:
         raise RunDirError(f"{run_dir} has no checkpoint {checkpoint!r} (it has {', '.join(names)})")

@@ -24,18 +24,28 @@ from urllib.parse import urlencode
 
 from handoff.records import read_shard, write_atomic
 from handoff.report.reducer import Reduction, cache_key
+from handoff.report.search import SEARCH_FILE, search_text
 from handoff.report.transcripts import page, transcript_html
 from handoff.rules import FormatKind, Outcome, RuleId
+from handoff.rules.outcome import OutcomeDetail
+from handoff.rules.violations import SUBSTANTIVE_RULES as SUBSTANTIVE_RULES_IDS
 from handoff.rundir import RunDir
-from handoff.scoring import ScoredEpisode
+from handoff.scoring import ScoredEpisode, trajectory_of
 from handoff.tasks.ids import task_slug
 
 INDEX = "episodes/index.html"  # relative to report/
-FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator")
+FILTERS = ("checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator", "detail",
+           "episode_detail")
 NO_HANDOFF = "none"  # the initiator filter's value for an episode without a hand-off
 TRANSFERRED = "|".join(o.value for o in Outcome if o.transferred)
 SHOULD_TRANSFER = "|".join(o.value for o in Outcome if o.should_transfer)
 NOT_CORRECT_NO_TRANSFER = "|".join(o.value for o in Outcome if o is not Outcome.CORRECT_NO_TRANSFER)
+SUBSTANTIVE_RULES = "|".join(r.value for r in SUBSTANTIVE_RULES_IDS)  # the violation filter of "substantive"
+
+
+def natural_key(task_id: str) -> tuple:
+    """Task ids in numeric order (1, 2, 10, then explicit_request-12-insist): digit runs compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", task_id) if part)
 
 
 def slug(text: str) -> str:
@@ -79,15 +89,18 @@ def write_transcripts(run: RunDir, reduction: Reduction) -> int:
             continue
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        by_key = {ep.key: ep for ep in scored}
+        by_key, texts = {ep.key: ep for ep in scored}, []
         for record in read_shard(run.shard_path(shard)):
             ep = by_key[record.key]
             back = "../../" + link(checkpoint=ep.model, domain=ep.score.domain).removeprefix("episodes/")
             nav = f"<p><a href='{back}'>&larr; episodes of {escape(ep.model)} / {escape(ep.score.domain)}</a></p>"
+            traj = trajectory_of(record)
             (root.parent / episode_href(shard, ep)).write_text(
                 page(f"{ep.model} {ep.score.domain} {ep.score.task_id} trial {ep.trial}",
-                     nav + transcript_html(record, ep)))
+                     nav + transcript_html(record, ep, traj)))
+            texts.append([episode_href(shard, ep), search_text(traj)])
             written += 1
+        write_atomic(folder / SEARCH_FILE, "handoffText(" + json.dumps(texts, separators=(",", ":")) + ");\n")
         write_atomic(stamp_path, stamp)  # last: an interrupted shard is redone next time
     live = {slug(s) for s in reduction.by_shard}
     for stale in (p for p in root.glob("*") if p.name not in live) if root.is_dir() else ():
@@ -102,27 +115,33 @@ def index_row(shard: str, ep: ScoredEpisode) -> list:
             " ".join(sorted({v.rule.value for v in s.violations})),
             " ".join(sorted({f.kind.value for f in s.format_errors})), s.termination_reason,
             s.tau2_reward, round(s.reward, 4), episode_href(shard, ep),
-            s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF]
+            s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF,
+            s.outcome_detail().value, s.outcome_detail(episode=True).value]
 
 
 def write_index(run: RunDir, reduction: Reduction) -> Path:
     """index.html and one data file per (checkpoint, domain)."""
     folder = run.report / "episodes"
     rows: dict[tuple[str, int, str], list] = defaultdict(list)
+    shards: dict[tuple[str, int, str], set[str]] = defaultdict(set)  # whose search texts a slice needs
     for shard, scored in reduction.by_shard.items():
         for ep in scored:
             rows[(ep.model, ep.step, ep.score.domain)].append((ep.key, index_row(shard, ep)))
+            shards[(ep.model, ep.step, ep.score.domain)].add(shard)
     slices, data_dir = [], folder / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     for (model, step, domain), keyed in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         name = f"{slug(model)}__{domain}"
-        body = json.dumps([row for _, row in sorted(keyed, key=lambda kr: kr[0])], separators=(",", ":"))
+        body = json.dumps([row for _, row in sorted(keyed, key=lambda kr: (natural_key(kr[1][0]), kr[0]))],
+                          separators=(",", ":"))
         write_atomic(data_dir / f"{name}.js", f"handoffRows({json.dumps(name)},{body});\n")
         slices.append({"id": name, "checkpoint": model, "step": step, "domain": domain,
-                       "file": f"{name}.js", "n": len(keyed)})
+                       "file": f"{name}.js", "n": len(keyed),
+                       "search": [f"transcripts/{slug(s)}/{SEARCH_FILE}" for s in sorted(shards[(model, step, domain)])]})
     for stale in set(data_dir.glob("*.js")) - {data_dir / s["file"] for s in slices}:
         stale.unlink()
-    meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction)}
+    meta = {"run": reduction.run, "total": reduction.n_episodes, "slices": slices, "options": _options(reduction),
+            "labels": {SUBSTANTIVE_RULES: "substantive (any rule but the style rule)"}}
     path = folder / "index.html"
     fill = {"TITLE": escape(f"Episodes: {reduction.run}"), "META": json.dumps(meta).replace("<", "\\u003c")}
     write_atomic(path, re.sub("__(TITLE|META)__", lambda m: fill[m[1]], INDEX_PAGE))  # one pass: no name fills a slot
@@ -136,10 +155,12 @@ def _options(reduction: Reduction) -> dict[str, list[str]]:
         "domain": reduction.domains(),
         "rule": sorted({e.score.label.rule for e in eps}),
         "outcome": [o.value for o in Outcome],
-        "violation": ["any", "none", *(r.value for r in RuleId)],
+        "violation": ["any", "none", SUBSTANTIVE_RULES, *(r.value for r in RuleId)],
         "format": ["any", "none", *(k.value for k in FormatKind)],
         "termination": sorted({e.score.termination_reason for e in eps}),
         "initiator": ["user", "agent_offer", "agent", NO_HANDOFF],
+        "detail": [d.value for d in OutcomeDetail],
+        "episode_detail": [d.value for d in OutcomeDetail],
     }
 
 
@@ -154,7 +175,7 @@ INDEX_PAGE = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>__TITLE__</title>
 <style>
 body{font-family:system-ui,sans-serif;font-size:14px;margin:1em 2em}
-#filters label{margin-right:10px;white-space:nowrap}#filters input{width:5em}#filters{margin:8px 0;line-height:2}
+#filters label{margin-right:10px;white-space:nowrap}#filters input{width:5em}#filters input.text{width:16em}#filters{margin:8px 0;line-height:2}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
 th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 .correct_handoff,.correct_no_transfer{color:#1d7a36}.missed_handoff,.unneeded_handoff{color:#b22a1d;font-weight:600}
@@ -169,53 +190,64 @@ th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 <script>const META = __META__;</script>
 <script>
 "use strict";
-const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator"];
+const FILTERS = ["checkpoint", "domain", "rule", "outcome", "violation", "format", "termination", "initiator", "detail",
+  "episode_detail"];
 const COLS = [["checkpoint", "checkpoint"], ["step", "step"], ["domain", "domain"], ["task", "task"],
   ["trial", "trial"], ["rule", "label rule"], ["outcome", "outcome"], ["turn", "hand-off turn"], ["initiator", "initiator"],
   ["violations", "violations"], ["formats", "format errors"], ["termination", "termination"],
   ["tau2", "tau2 reward"], ["reward", "reward"]];
 const PAGE = 100;
-const rows = [], loaded = {}, requested = {};
+const rows = [], loaded = {}, requested = {}, TEXT = {};
 function handoffRows(id, data) {
   const at = META.slices.findIndex(x => x.id === id), s = META.slices[at];
   data.forEach((r, i) => rows.push({order: at * 1e7 + i, checkpoint: s.checkpoint, step: s.step, domain: s.domain, task: r[0],
     trial: r[1], rule: r[2], outcome: r[3], turn: r[4], violations: r[5], formats: r[6], termination: r[7],
-    tau2: r[8], reward: r[9], href: r[10], initiator: r[11]}));
+    tau2: r[8], reward: r[9], href: r[10], initiator: r[11], detail: r[12], episode_detail: r[13]}));
   loaded[id] = true;
 }
+function handoffText(list) { for (const [href, text] of list) TEXT[href] = text; }
 const params = () => new URLSearchParams(location.hash.slice(1));
 const oneOf = (value, wanted) => !wanted || wanted.split("|").includes(String(value));
 function hasFinding(list, wanted) {
   if (!wanted) return true;
   if (wanted === "any") return list !== "";
   if (wanted === "none") return list === "";
-  return list.split(" ").includes(wanted);
+  return wanted.split("|").some(w => list.split(" ").includes(w));
 }
 function matches(r, p) {
-  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator"]) if (!oneOf(r[f], p.get(f))) return false;
+  for (const f of ["checkpoint", "domain", "rule", "outcome", "termination", "initiator", "detail", "episode_detail"])
+    if (!oneOf(r[f], p.get(f))) return false;
   if (!hasFinding(r.violations, p.get("violation")) || !hasFinding(r.formats, p.get("format"))) return false;
+  const q = (p.get("text") || "").trim().toLowerCase();  // free text: user, agent and tool calls
+  if (q && !(TEXT[r.href] || "").includes(q)) return false;
   const t = p.get("tau2_min"), w = p.get("reward_min");
   if (t && !(r.tau2 !== null && r.tau2 >= +t)) return false;
   return !(w && r.reward < +w);
 }
+function load(src, id) {
+  if (requested[id]) return;
+  requested[id] = true;
+  const el = document.createElement("script");
+  el.src = src;
+  el.onload = () => { loaded[id] = true; render(); };
+  document.head.appendChild(el);
+}
 function ensureLoaded(p) {
-  const missing = META.slices.filter(s => oneOf(s.checkpoint, p.get("checkpoint")) && oneOf(s.domain, p.get("domain")) && !loaded[s.id]);
-  for (const s of missing) if (!requested[s.id]) {
-    requested[s.id] = true;
-    const el = document.createElement("script");
-    el.src = "data/" + s.file;
-    el.onload = render;
-    document.head.appendChild(el);
-  }
-  return missing.length === 0;
+  const wanted = META.slices.filter(s => oneOf(s.checkpoint, p.get("checkpoint")) && oneOf(s.domain, p.get("domain")));
+  const files = wanted.filter(s => !loaded[s.id]).map(s => ["data/" + s.file, s.id]);
+  if (p.get("text")) for (const s of wanted) for (const f of s.search) if (!loaded[f]) files.push([f, f]);
+  for (const [src, id] of files) load(src, id);
+  return files.length === 0;
 }
 function buildForm() {
   const form = document.getElementById("filters");
   for (const f of FILTERS) {
-    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option>${esc(v)}</option>`));
+    const opts = ['<option value="">any</option>'].concat(META.options[f].map(v => `<option value="${esc(v)}">${esc(META.labels[v] || v)}</option>`));
     form.insertAdjacentHTML("beforeend", `<label>${f} <select name="${f}">${opts.join("")}</select></label>`);
   }
-  form.insertAdjacentHTML("beforeend", '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +
+  form.insertAdjacentHTML("beforeend", '<label>text <input name="text" type="search" class="text" ' +
+    'placeholder="in user, agent, tool calls"></label>' +
+    '<label>tau2 reward &ge; <input name="tau2_min" type="number" step="0.1" size="4"></label>' +
     '<label>reward &ge; <input name="reward_min" type="number" step="0.1" size="4"></label>');
   form.addEventListener("change", () => {
     const p = params(), q = new URLSearchParams();
@@ -251,7 +283,8 @@ function compare(key) {
   const desc = key.startsWith("-"), k = desc ? key.slice(1) : key;
   return (a, b) => {
     const x = a[k], y = b[k];
-    const c = x === y ? 0 : x === null ? 1 : y === null ? -1 : x < y ? -1 : 1;
+    const c = x === y ? 0 : x === null ? 1 : y === null ? -1 : typeof x === "string" && typeof y === "string"
+      ? x.localeCompare(y, "en", {numeric: true}) : x < y ? -1 : 1;  // task 2 before task 10
     return desc ? -c : c;
   };
 }

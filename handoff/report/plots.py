@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from handoff.report.reducer import ALL, GroupMetrics, Reduction  # noqa: E402
+from handoff.report.text import shown_domains  # noqa: E402
 from handoff.rules.metrics import Interval  # noqa: E402
 
 
@@ -24,7 +25,7 @@ def _save(fig, path: Path) -> Path:
 
 def confusion_matrices(reduction: Reduction, path: Path) -> Path:
     """One 2x2 matrix (rows: label, columns: decision) per checkpoint and domain, all domains last."""
-    checkpoints, domains = reduction.checkpoints(), reduction.domains() + [ALL]
+    checkpoints, domains = reduction.checkpoints(), shown_domains(reduction)
     fig, axes = plt.subplots(len(checkpoints), len(domains), squeeze=False, sharex=True, sharey=True,
                              figsize=(2.4 * len(domains) + 1.2, 2.2 * len(checkpoints) + 0.6))
     for row, (model, step) in enumerate(checkpoints):
@@ -80,7 +81,7 @@ def over_steps_figure(reduction: Reduction, panels: dict[str, tuple], title: str
     """One panel per metric, one line per domain (and all domains), x = checkpoint step. `panels`:
     name -> (pick, is_fraction); fractions get a 0..1 y axis, other metrics start at 0."""
     fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels), 3.2))
-    domains = reduction.domains() + [ALL]
+    domains = shown_domains(reduction)
     for ax, (name, (pick, is_fraction)) in zip(axes[0], panels.items()):
         gap = _step_axis(ax, [g.step for g in reduction.groups])
         for i, domain in enumerate(domains):
@@ -104,20 +105,22 @@ PRECISION_RECALL = {
     "F1": (lambda m: m.handoff.f1, True),
 }
 RATES = {
-    "episodes with a policy violation": (lambda m: m.violation_rate["any"], True),
+    "episodes with a substantive violation": (lambda m: m.violation_rate.get("substantive", m.violation_rate["any"]), True),
     "format errors per 100 assistant turns": (lambda m: m.format_errors_per_100_turns["any"], False),
     "tau2 reward": (lambda m: m.tau2_reward, True),
 }
 
 
 def all_plots(reduction: Reduction, out_dir: Path, curves: bool = True) -> dict[str, Path]:
-    """Every figure of the report; none for a run without episodes. Without `curves` (checkpoints
-    that are a set, not steps of one training run: files imported without --step) no figure draws
-    a line over steps."""
+    """Every figure of the report; none for a run without episodes. Only the confusion matrices where
+    no line over steps makes sense: checkpoints that are a set, not steps of one training run (`curves`
+    false: files imported without --step), or a run of one checkpoint step (one dot each)."""
     if not reduction.groups:
         return {}
     confusion = {"confusion": confusion_matrices(reduction, out_dir / "confusion.png")}
-    if not curves:
+    if not curves or len({step for _, step in reduction.checkpoints()}) < 2:
+        for stale in ("precision_recall", "rates"):
+            (out_dir / f"{stale}.png").unlink(missing_ok=True)
         return confusion
     return {
         **confusion,

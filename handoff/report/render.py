@@ -17,9 +17,14 @@ from handoff.report.imported import (
     left_out_warnings,
     replay_error_lines,
 )
+from handoff.report.over_training import PAGE as TASK_GRID
+from handoff.report.over_training import write_task_grid
 from handoff.report.plots import all_plots
 from handoff.report.reducer import ALL, Reduction
+from handoff.report.text import LABEL_NOTE, dominant_rule, shown_domains, truncation_notes, write_text_report
+from handoff.rules.label import display_name
 from handoff.rules.metrics import ANY, Interval
+from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE
 from handoff.rundir import ImportSection, RunDir
 
 # Headline columns: the value picked from a slice's metrics, and the index filter behind it.
@@ -31,13 +36,19 @@ HEADLINE = {
     "tau2 reward": (lambda m: m.tau2_reward, {"sort": "tau2"}),
     "pass^1": (lambda m: m.pass_hat_k.get(1), {"sort": "tau2"}),
     "reward": (lambda m: m.reward, {"sort": "reward"}),
-    "violations": (lambda m: m.violation_rate["any"], {"violation": "any"}),
+    "substantive violations": (lambda m: m.violation_rate.get(SUBSTANTIVE), {"violation": pages.SUBSTANTIVE_RULES}),
+    **{"style violations" + "'" * i: (lambda m, r=r: m.violation_rate.get(r.value), {"violation": r.value})
+       for i, r in enumerate(STYLE_RULES)},  # multiple_actions_in_turn (the note under the table says so)
     "format err./100 turns": (lambda m: m.format_errors_per_100_turns["any"], {"format": "any"}),
 }
+HEADLINE_DIGITS = 2  # the headline's 14 columns fit 1,400 px; the sections below have 3 digits
+
+# Numbers never wrap; a table wider than the page scrolls within itself (display:block), never the page.
 HTML_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}
-table{{border-collapse:collapse;font-size:90%}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+<style>body{{font-family:sans-serif;max-width:1600px;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse;font-size:90%;display:block;max-width:100%;overflow-x:auto}}
+td,th{{border:1px solid #ccc;padding:2px 6px}}td{{white-space:nowrap}}th{{vertical-align:bottom}}
 img{{max-width:100%}}</style></head><body>
 {body}</body></html>
 """
@@ -64,7 +75,7 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 def _slices(reduction: Reduction):
     """(checkpoint, step, domain, metrics) for every domain and all domains together."""
     for model, step in reduction.checkpoints():
-        for domain in reduction.domains() + [ALL]:
+        for domain in shown_domains(reduction):
             try:
                 yield model, step, domain, reduction.group(model, domain).metrics
             except KeyError:
@@ -75,7 +86,9 @@ def _keyed_table(reduction: Reduction, pick, filters, digits: int = 3) -> list[s
     """A table with one column per key of a dict of Intervals picked from each slice's metrics;
     `filters(key)` gives the index filter of a column."""
     rows = [(model, step, domain, pick(m)) for model, step, domain, m in _slices(reduction)]
-    keys = sorted({k for *_, d in rows for k in d})
+    keys = sorted({k for *_, d in rows for k, iv in d.items() if iv.n})
+    if not keys:
+        return ["Nothing to show: no episode of this run has one.", ""]
     return table(["checkpoint", "step", "domain", *keys],
                  [[model, step, domain, *(_cell(d.get(k), digits, checkpoint=model, domain=domain, **filters(k)) for k in keys)]
                   for model, step, domain, d in rows])
@@ -87,7 +100,7 @@ def _cell(iv: Interval | None, digits: int = 3, **filters) -> str:
 
 def _headline_cell(name: str, iv: Interval | None, **filters) -> str:
     """A headline cell; precision's and recall's with the positives they rest on."""
-    cell = _cell(iv, **filters)
+    cell = _cell(iv, HEADLINE_DIGITS, **filters)
     return f"{cell} ({iv.n} pos)" if name in ("precision", "recall") and iv is not None else cell
 
 
@@ -121,9 +134,10 @@ SECTIONS = [
     ("Transfer rate by label rule", lambda m: m.transfer_rate_by_rule, lambda k: {"rule": k}),
     ("Hand-off under the episode label (the task's, or 1 after a user request; docs/metrics.md)", _episode_label,
      lambda k: {}),
-    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details, lambda k: {}),
+    ("Outcome classes split by who asked for the human, task label", lambda m: m.outcome_details,
+     lambda k: {"detail": k}),
     ("Outcome classes split by who asked for the human, episode label", lambda m: m.outcome_details_episode,
-     lambda k: {}),
+     lambda k: {"episode_detail": k}),
     ("Who started the hand-off (share of the hand-offs)", lambda m: m.handoff_initiator, lambda k: {"initiator": k}),
     (("The user simulator, not the agent: requests for a human its scenario never mentions (a change between "
       "checkpoints is the agent provoking it)"), _user_simulator, lambda k: {}),
@@ -133,7 +147,9 @@ SECTIONS = [
      lambda m: m.handoff_delay_by_rule, lambda k: {"outcome": pages.TRANSFERRED, "sort": "turn"}, 1),
     ("Hand-off quality: needed hand-offs made after a write; hand-off summaries naming the user and the ids",
      _quality, lambda k: {"outcome": pages.TRANSFERRED}),
-    ("Episodes with a policy violation, per rule", lambda m: m.violation_rate, lambda k: _any_or("violation", k)),
+    (("Episodes with a policy violation, per rule (substantive: any rule but the style rule "
+      "multiple_actions_in_turn, a tool call with text beside it)"), lambda m: m.violation_rate,
+     lambda k: {"violation": pages.SUBSTANTIVE_RULES if k == SUBSTANTIVE else k}),
     ("Format errors per 100 assistant turns, per kind", lambda m: m.format_errors_per_100_turns,
      lambda k: _any_or("format", k)),
     ("Termination reasons", lambda m: m.termination, lambda k: {"termination": k}),
@@ -169,13 +185,13 @@ def imported(section: ImportSection | None) -> list[str]:
                 m.task_id if m.trial == 0 else f"{m.task_id} (trial {m.trial})")
         lines += ["### Reward mismatches", ""] + table(
             ["checkpoint", "recorded", "re-evaluated", "episodes", "tasks"],
-            [[*key, len(ids), ", ".join(ids)] for key, ids in tasks.items()])
+            [[*key, len(ids), ", ".join(sorted(ids, key=pages.natural_key))] for key, ids in tasks.items()])
     return lines + replay_error_lines(section, table) + attribution_lines(section, table)
 
 
 def _reachable_tau2_table(reduction: Reduction) -> list[str]:
     """tau2's reward and success with and without the tasks whose gold no policy-following agent reaches."""
-    groups = [g for model, _ in reduction.checkpoints() for domain in reduction.domains() + [ALL]
+    groups = [g for model, _ in reduction.checkpoints() for domain in shown_domains(reduction)
               for g in reduction.groups if (g.model, g.domain, g.rule) == (model, domain, ALL)]
     return ["## tau2 reward without unreachable golds", "",
             "Without the episodes of tasks whose reference solution breaks the policy in a way no correct agent "
@@ -186,6 +202,27 @@ def _reachable_tau2_table(reduction: Reduction) -> list[str]:
           fmt(g.metrics.tau2_success), fmt(g.tau2_success_reachable)] for g in groups])
 
 
+def _headline_notes(reduction: Reduction) -> list[str]:
+    """The label the headline judges against, and the rule each checkpoint breaks most often."""
+    lines = [LABEL_NOTE.replace(" is in report.md.", " is below.") + " Substantive violations: any rule but the "
+             "style rule; style violations: " + ", ".join(f"`{r.value}`" for r in STYLE_RULES)
+             + " (a tool call with text beside it).", ""]
+    for model, _ in reduction.checkpoints():
+        top = dominant_rule(reduction.group(model).metrics)
+        if top is not None:
+            kind = "the style rule" if top[0] in {r.value for r in STYLE_RULES} else "a substantive rule"
+            lines.append(f"- {model}: the most frequent violation is `{top[0]}` ({kind}), in "
+                         f"{linked(fmt(top[1]), checkpoint=model, violation=top[0])} of its episodes.")
+    return lines + ["", *truncation_notes(reduction), "", *_rule_legend(reduction)]
+
+
+def _rule_legend(reduction: Reduction) -> list[str]:
+    """What each label rule of the run says (the ids stay as they are in files and filters)."""
+    rules = sorted({r for g in reduction.groups for r in
+                    [*g.metrics.transfer_rate_by_rule, *g.metrics.transfer_rate_by_episode_rule]})
+    return ["Label rules: " + "; ".join(f"`{r}`: {display_name(r)}" for r in rules) + ".", ""] if rules else []
+
+
 def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     lines = [f"# Hand-off report: {reduction.run}", "",
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
@@ -193,7 +230,9 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              + (f"; not this run's, skipped: {', '.join(reduction.foreign_shards)}" if reduction.foreign_shards else "")
              + f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
              "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
-             f"behind it; [all episodes]({pages.link()}) (filter and sort them there).", "",
+             f"behind it; [all episodes]({pages.link()}) (filter and sort them there)"
+             + (f"; [tasks x checkpoints]({TASK_GRID}) (which tasks flipped, at which step)."
+                if len(reduction.checkpoints()) > 1 else "."), "",
              *imported(run.manifest.imported), "## Headline metrics", ""]
     lines += table(["checkpoint", "step", "domain", "episodes", "tasks", *HEADLINE],
                    [[model, step, domain, linked(m.n_episodes, checkpoint=model, domain=domain)
@@ -203,12 +242,16 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
                     for model, step, domain, m in _slices(reduction)])
     lines += [("Precision and recall rest on the positives shown (`pos`: the transfers, the episodes that should "
                "transfer); a value without an interval rests on one task (docs/metrics.md)."), ""]
+    lines += _headline_notes(reduction)
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
     lines += _reachable_tau2_table(reduction)
     for title, *section in SECTIONS:
         lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]
+    if plots and len({step for _, step in reduction.checkpoints()}) < 2:
+        lines += ["One checkpoint step: the plots against the step (precision and recall, rates) need two; "
+                  "the tables above hold their values.", ""]
     lines += [f"![{name}]({path.relative_to(run.report).as_posix()})\n" for name, path in plots.items()]
     return "\n".join(lines)
 
@@ -226,5 +269,5 @@ def write_report(run_dir: str | Path, reduction: Reduction) -> dict[str, Path]:
     write_atomic(md, text)
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)  # names and outputs are untrusted
     write_atomic(html, HTML_PAGE.format(title=escape(f"Hand-off report: {reduction.run}"), body=body))
-    return {"report_md": md, "report_html": html, **{f"plot_{k}": v for k, v in plots.items()},
-            **pages.write_episode_pages(run.root, reduction)}
+    return {"report_md": md, "report_html": html, **write_text_report(run, reduction), **write_task_grid(run, reduction),
+            **{f"plot_{k}": v for k, v in plots.items()}, **pages.write_episode_pages(run.root, reduction)}

@@ -11,6 +11,23 @@ from pydantic import BaseModel, field_validator, model_validator
 
 RULES = ("gold_transfer_action", "no_transfer", "explicit_request", "out_of_scope", "hard_negative")
 OVERRIDE_PREFIX = "override:"
+# What each rule says (a hand-checked override says the opposite of the rule it corrects), and why.
+SHOULD_TRANSFER = {"gold_transfer_action": True, "no_transfer": False, "explicit_request": True,
+                   "out_of_scope": True, "hard_negative": False}
+_WHY = {"gold_transfer_action": "the reference solution transfers", "no_transfer": "the reference solution does not",
+        "explicit_request": "the user asks for a human", "out_of_scope": "a request outside the policy",
+        "hard_negative": "a hard negative", "user_request": "the user asked for a human (episode label)"}
+
+
+def display_name(rule: str) -> str:
+    """A label rule as a reader takes it: the verdict, then why (ids in files stay as they are).
+    `override:no_transfer` is "should transfer: hand-checked, overrides no_transfer"."""
+    base = rule.removeprefix(OVERRIDE_PREFIX)
+    if base not in SHOULD_TRANSFER:
+        return f"should transfer: {_WHY[rule]}" if rule in _WHY else rule
+    verdict = SHOULD_TRANSFER[base] != (base != rule)
+    why = f"hand-checked, overrides {base}" if base != rule else _WHY[base]
+    return f"{'should transfer' if verdict else 'should not transfer'}: {why}"
 
 
 class Label(BaseModel):

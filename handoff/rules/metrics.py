@@ -32,7 +32,7 @@ from handoff.rules.intervals import (
 )
 from handoff.rules.outcome import Outcome, OutcomeDetail
 from handoff.rules.score import EpisodeScore
-from handoff.rules.violations import RuleId
+from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE, RuleId
 
 Z95 = 1.959963984540054
 ANY = "any"
@@ -235,6 +235,9 @@ RATIOS: dict[str, Ratio] = {
     "handoff_episode_accuracy": lambda s: (float(s.episode_correct_handoff), 1.0),
     "handoff_episode_f1": lambda s: _f1_terms(s, _episode_cell),
     "violation_rate_any": lambda s: (float(bool(s.violations)), 1.0),
+    f"violation_rate_{SUBSTANTIVE}": lambda s: (float(any(v.rule not in STYLE_RULES for v in s.violations)), 1.0),
+    **{f"violation_rate/{rule.value}": (lambda s, r=rule: (float(any(v.rule is r for v in s.violations)), 1.0))
+       for rule in RuleId},
     "format_errors_per_100_turns_any": lambda s: (100.0 * _error_turns(s), float(s.n_assistant_turns)),
     "assistant_turns": lambda s: (float(s.n_assistant_turns), 1.0),
     "completion_tokens": lambda s: (float(s.completion_tokens), 1.0),
@@ -274,6 +277,7 @@ def compute_metrics(scores: Sequence[EpisodeScore], ks: Sequence[int] | None = N
     task has, as tau2 does)."""
     by_task = _by_task(scores)
     tasks = _TaskArrays(by_task)
+    success = share(scores, lambda s: is_successful(_tau2_reward(s)))
     return Metrics(
         n_episodes=len(scores),
         n_tasks=len(by_task),
@@ -282,8 +286,8 @@ def compute_metrics(scores: Sequence[EpisodeScore], ks: Sequence[int] | None = N
         transfer_rate_by_rule=_transfer_rates(scores),
         handoff_turn_by_rule=_handoff_turns(scores),
         tau2_reward=tasks.bounded_mean(RATIOS["tau2_reward"]),
-        tau2_success=share(scores, lambda s: is_successful(_tau2_reward(s))),
-        pass_hat_k=_pass_hat_k(by_task, ks),
+        tau2_success=success,
+        pass_hat_k=_same_as_success(_pass_hat_k(by_task, ks), success),
         reward=tasks.mean(RATIOS["reward"]),
         violation_rate=_violation_rates(scores),
         format_errors_per_100_turns=_format_rates(scores),
@@ -485,10 +489,20 @@ def _pass_hat_k(by_task: dict[TaskKey, list[EpisodeScore]], ks: Sequence[int] | 
     return out
 
 
+def _same_as_success(pass_k: dict[int, Interval], success: Interval) -> dict[int, Interval]:
+    """pass^1 is tau2 success when every task has as many trials: then both show success's interval,
+    so that one quantity never reads with two intervals."""
+    one = pass_k.get(1)
+    if one is not None and one.value is not None and success.value is not None and math.isclose(one.value, success.value):
+        pass_k[1] = success.model_copy(update={"value": one.value})
+    return pass_k
+
+
 def _violation_rates(scores: Sequence[EpisodeScore]) -> dict[str, Interval]:
     fired = lambda s: {v.rule for v in s.violations}
     rates = {rule.value: share(scores, lambda s, r=rule: r in fired(s)) for rule in RuleId}
     rates[ANY] = share(scores, lambda s: bool(s.violations))
+    rates[SUBSTANTIVE] = share(scores, lambda s: any(v.rule not in STYLE_RULES for v in s.violations))
     return rates
 
 

@@ -21,6 +21,14 @@ class RuleId(str, Enum):
     OFF_REFERENCE_WRITE = "off_reference_write"
 
 
+# The style rule (a tool call with text beside it): every frontier model breaks it in most episodes, so it
+# tells no two agents apart; the substantive rules are the policy's (docs/rules.md, "Style and substance").
+STYLE_RULES = frozenset({RuleId.MULTIPLE_ACTIONS_IN_TURN})
+SUBSTANTIVE_RULES = tuple(r for r in RuleId if r not in STYLE_RULES)
+SUBSTANTIVE = "substantive"
+"""The key of the rate of episodes with a substantive violation (any rule but the style rules)."""
+
+
 class Violation(BaseModel):
     rule: RuleId
     turn: int

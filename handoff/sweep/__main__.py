@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
-from handoff.sweep.run import CONF_DIR, resume_dir, run_and_finish
+from handoff.sweep.run import CONF_DIR, compose, resume_dir, run_and_finish
+from handoff.sweep.suggest import check_overrides, print_conf_note
 from handoff.sweep.session import one_ray
 
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
@@ -51,12 +52,29 @@ def _hydra_job(cfg: DictConfig) -> None:
     _job_statuses.append(sweep(cfg, list(HydraConfig.get().overrides.task)))
 
 
+def _refused_overrides(argv: list[str], prog: str) -> int:
+    """USER_ERROR_STATUS, with the reason, when an override names an unknown key or group option
+    (handoff.sweep.suggest: with a suggestion); 0 otherwise, or when argv has flags besides -m."""
+    if not set(a for a in argv if a.startswith("-")) <= {"-m", "--multirun"}:
+        return 0
+    try:
+        check_overrides([a for a in argv if not a.startswith("-")], CONF_DIR, compose)
+    except HandoffError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return USER_ERROR_STATUS
+    return 0
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
     """Run Hydra on `argv` (default: sys.argv[1:]) and return the combined exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     run_dir = resume_dir(argv)
     if run_dir is not None:
         return sweep(OmegaConf.create({"resume": run_dir}), argv, prog)
+    refused = _refused_overrides(argv, prog)
+    if refused:
+        return refused
+    print_conf_note(CONF_DIR)
     _job_statuses.clear()
     if prog == "handoff sweep" and "COMP_LINE" in os.environ:  # completion sees the sweep's own words
         os.environ["COMP_LINE"] = re.sub(r"^(\s*\S+)\s+sweep\b", r"\1", os.environ["COMP_LINE"])

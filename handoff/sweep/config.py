@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from handoff.engine.base import Sampling
-from handoff.engine.checkpoint import problems
+from handoff.engine.checkpoint import TOKENIZER_KEY, problems, tokenizer_problems
 from handoff.engine.factory import engine_kind
 from handoff.engine.vllm_engine import VLLMOptions
 from handoff.errors import ConfigError
@@ -410,15 +410,17 @@ def _secret_keys(key: str, value: Any, secrets: set[str]) -> list[str]:
 
 
 def checkpoint_problems(key: str, path: str, tokenizer: str | None = None, loads: bool = True,
-                        remote: bool = False) -> list[str]:
+                        remote: bool = False, tokenizer_key: str = TOKENIZER_KEY) -> list[str]:
     """Why the checkpoint directory `path` (config key `key`) cannot be served; empty if it can.
     Every checkpoint of a sweep passes here before Ray starts (the one place to add checks): it
     exists and, when the engine `loads` its weights (EngineKind.loads_weights), holds what vLLM loads
-    (handoff.engine.checkpoint.problems). On an existing cluster (`remote`), a path the driver does
+    (handoff.engine.checkpoint.problems), else its tokenizer (an engine that only tokenizes, the
+    scripted one: tokenizer_problems); hints name `tokenizer_key`. On an existing cluster (`remote`), a path the driver does
     not see is left to the check on a GPU node (handoff.sweep.preflight)."""
     if not Path(path).is_dir():
         return [] if remote else [f"{key}: checkpoint directory {path} does not exist"]
-    return [f"{key}: {p}" for p in problems(path, tokenizer)] if loads else []
+    found = problems(path, tokenizer, tokenizer_key) if loads else tokenizer_problems(path, tokenizer, tokenizer_key)
+    return [f"{key}: {p}" for p in found]
 
 
 def _check_paths(cfg: SweepConfig) -> list[str]:
@@ -426,20 +428,21 @@ def _check_paths(cfg: SweepConfig) -> list[str]:
     check = functools.partial(checkpoint_problems, loads=engine_kind(cfg.engine).loads_weights,
                               remote=cfg.cluster.address is not None)
     for key, m in cfg.model.items():
+        at = functools.partial(check, tokenizer_key=f"model.{key}.tokenizer")
         if m.path is not None:
-            errors += check(f"model.{key}.path", m.path, m.tokenizer)
+            errors += at(f"model.{key}.path", m.path, m.tokenizer)
         for i, p in enumerate(m.paths or []):
-            errors += check(f"model.{key}.paths.{i}", p, m.tokenizer)
+            errors += at(f"model.{key}.paths.{i}", p, m.tokenizer)
         if m.glob is not None:
             found = [p for p in globlib.glob(m.glob) if Path(p).is_dir()]
-            errors += [e for p in found for e in check(f"model.{key}.glob", p, m.tokenizer)]
+            errors += [e for p in found for e in at(f"model.{key}.glob", p, m.tokenizer)]
             if not found:
                 errors.append(f"model.{key}.glob: no checkpoint directory matches {m.glob}")
         if m.tokenizer is not None and not Path(m.tokenizer).exists() and cfg.cluster.address is None:
             errors.append(f"model.{key}.tokenizer: {m.tokenizer} does not exist")
     um = cfg.user.model
     if cfg.user.kind == "engine" and um is not None:
-        errors += check("user.model.path", um.path, um.tokenizer)
+        errors += check("user.model.path", um.path, um.tokenizer, tokenizer_key="user.model.tokenizer")
     return errors
 
 

@@ -290,14 +290,22 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     except Exception as exc:  # noqa: BLE001 - the shards are safe; `handoff report` can redo this
         traceback.print_exc()
         paths = {"report error": f"{exc!r} (rerun: handoff reduce / handoff report {prepared.run.root})"}
-    lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
+    lines = [*_headline(paths, prepared.run.root),
+             f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
              f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",
              f"  results: {prepared.run.shards_dir}"]
-    lines += [f"  {name}: {path}" for name, path in paths.items()]
+    lines += [f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")]
     if summary.shards_failed:
         lines.append(f"  failed shards: {prepared.run.failed_dir} (rerun them: make resume RUN={prepared.run.root})")
     print("\n".join(lines), flush=True)
     return {"summary": asdict(summary), **{k: str(v) for k, v in paths.items()}}
+
+
+def _headline(paths: dict, run_dir: Path) -> list[str]:
+    """The run's headline table (handoff.report.text), when its reduction was written."""
+    from handoff.report.text import run_headline
+
+    return [run_headline(run_dir), ""] if "metrics" in paths else []
 
 
 __all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_and_finish", "run_sweep"]

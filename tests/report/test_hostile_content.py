@@ -76,4 +76,4 @@ def test_hostile_strings_stay_text_on_every_page(tmp_path, monkeypatch, capsys):
     index = (report / "episodes" / "index.html").read_text()
     meta = json.loads(Page(index).scripts[0].removeprefix("const META = ").removesuffix(";"))
     assert hostile_model in meta["options"]["checkpoint"] and "<" not in Page(index).scripts[0]
-    assert "<option>${esc(v)}</option>" in index
+    assert "<option value=\"${esc(v)}\">${esc(META.labels[v] || v)}</option>" in index

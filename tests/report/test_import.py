@@ -441,3 +441,14 @@ def test_a_refusal_names_its_reason_and_the_way_past_it_and_writes_nothing(tmp_p
     code, _, err = cli(capsys, "import", path, *argv, "--run-dir", tmp_path / "run")
     assert code == 2 and reason in err and way in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_an_import_ends_with_the_headline_then_the_paths(tmp_path, capsys):
+    code, out, _ = cli(capsys, "import", results_file(tmp_path / "a.json", sim_dicts()), "--run-dir", tmp_path / "run")
+    assert code == 0
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:4] == ["checkpoint", "step", "domain", "episodes"])
+    assert lines[header + 1].split()[:4] == ["agent-x", "0", "retail", "3"]
+    assert "against the task label" in out and "substantive" in out
+    assert header < next(i for i, line in enumerate(lines) if line.startswith("  report_txt: "))
+    assert "](" not in out

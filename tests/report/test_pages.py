@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
 from handoff.cli import main
 from handoff.records import read_shard
 from handoff.report import reduce_run, write_report
-from handoff.report.episodes import episode_href, write_transcripts
-from handoff.report.flips import find_flips
+from handoff.report.episodes import SUBSTANTIVE_RULES, episode_href, natural_key, write_transcripts
+from handoff.report.flips import Flip, TrialOutcome, find_flips, rule_text
 from handoff.report.wandb_log import episode_rows, with_transcript
 from handoff.rundir import RunDir, RunPaths
 from handoff.testing.synthetic import Behavior, add_shard, sample_tasks, write_records, write_run
@@ -93,7 +93,7 @@ def test_flips_are_exactly_the_tasks_whose_outcome_differs(run, tmp_path, capsys
     out = capsys.readouterr().out
     better_a = sum(f["better"] == "A" for f in flips if f["kind"] == "handoff")
     assert f"Flips in hand-off correctness: {len(expected)} tasks ({better_a} better in A" in out
-    assert f"{first['domain']} {first['task_id']} ({first['rule']}): A " in out
+    assert f"{first['domain']} {first['task_id']} (task rule {first['rule']}: should " in out
 
 
 def test_flips_pair_trials_by_the_records_trial(run, tmp_path, capsys):
@@ -162,6 +162,10 @@ def test_browser_filter_narrows_the_index_and_loads_only_what_it_needs(run):
     n, rows, loaded = _index(run, "checkpoint=late&domain=retail&violation=any")
     expected = [e for e in reduction.episodes if (e.model, e.score.domain) == ("late", "retail") and e.score.violations]
     assert n == len(expected) > 0 and loaded == ["data/late__retail.js"]
+    n, rows, _ = _index(run, "checkpoint=late&" + urlencode({"violation": SUBSTANTIVE_RULES}))
+    substantive = [e for e in reduction.episodes if e.model == "late" and any(
+        v.rule.value in SUBSTANTIVE_RULES.split("|") for v in e.score.violations)]
+    assert n == len(substantive) == len(rows) > 0
 
 
 def test_browser_sorts_the_index_by_a_column(run):
@@ -182,7 +186,7 @@ def test_browser_report_number_links_to_its_episodes(run):
     confusion = reduction.group("late", "retail").metrics.handoff.confusion
     recall = next(a for a in links if parse_qs(urlsplit(a["href"]).fragment).get("outcome") == ["correct_handoff|missed_handoff"]
                   and "checkpoint=late" in a["href"] and "domain=retail" in a["href"])
-    assert recall["text"].startswith(f"{confusion.tp / (confusion.tp + confusion.fn):.3f}")
+    assert recall["text"].startswith(f"{confusion.tp / (confusion.tp + confusion.fn):.2f} [")  # the headline: 2 digits
     path, fragment = recall["href"].split("#")
     n, rows, _ = _index(run, fragment)
     assert n == confusion.tp + confusion.fn == len(rows)
@@ -194,7 +198,7 @@ def test_browser_flips_page_shows_both_sides(run, tmp_path, capsys):
     assert main(["compare", str(run), "--a", "late", "--b", "early", "--html", str(page)]) == 0
     shown = browser.Elements(browser.dom(page))
     heads = shown.having(class_="flip")
-    assert heads and len(shown.having(class_="sbs")) == len({h["text"].split(":")[0] for h in heads})
+    assert heads and len(shown.having(class_="sbs")) == len({h["text"].split(" (")[0] for h in heads})
     first = shown.having(class_="sbs")[0]
     cells = [e for e in shown.found if e["tag"] == "td" and first in e["parents"]]
     assert len(cells) % 2 == 0 and all(c["text"].strip() for c in cells)
@@ -216,3 +220,37 @@ def test_a_long_tool_result_is_folded_never_cut():
     long, short = ep.last_result().content, ep.messages[3].content
     assert len(long) > FOLD_CHARS >= len(short)
     assert html.count("<details>") == 1 and escape(long) in html and escape(short) in html
+
+
+def test_flips_page_has_contents_linking_every_flip(run, tmp_path, capsys):
+    page = tmp_path / "flips.html"
+    assert main(["compare", str(run), "--a", "late", "--b", "early", "--json", "--html", str(page)]) == 0
+    flips = json.loads(capsys.readouterr().out)["flips"]
+    html = page.read_text()
+    ids = re.findall(r"<h2 class='flip' id='([^']+)'", html)
+    links = re.findall(r"<a href='#([^']+)'>", html.split("</nav>")[0])
+    assert len(ids) == len(set(ids)) == len(flips) and links == ids  # one entry per flip, in the page's order
+    tasks = [(f["domain"], f["task_id"]) for f in flips if f["kind"] == "handoff"]
+    assert tasks == sorted(tasks, key=lambda t: (t[0], natural_key(t[1])))
+
+
+def _trial(rule: str) -> TrialOutcome:
+    return TrialOutcome(trial=0, outcome="missed_handoff", episode_outcome="missed_handoff", episode_rule=rule,
+                        handoff_turn=None, tau2_reward=0.0, tau2_success=False)
+
+
+def test_an_episode_label_flip_names_the_episode_rule_not_the_tasks():
+    flip = dict(domain="airline", task_id="3", rule="no_transfer", better="A", a=[_trial("user_request")],
+                b=[_trial("no_transfer")])
+    episode = rule_text(Flip(kind="handoff_episode", **flip))
+    assert episode.startswith("episode rule no_transfer: should not transfer") and "user_request: should transfer" in episode
+    assert rule_text(Flip(kind="handoff", **flip)) == "task rule no_transfer: should not transfer: the reference solution does not"
+
+
+def test_index_rows_and_task_ids_sort_in_numeric_order(run):
+    assert sorted(["10", "2", "explicit_request-12-x", "1", "explicit_request-3-x"], key=natural_key) == [
+        "1", "2", "10", "explicit_request-3-x", "explicit_request-12-x"]
+    data = (RunPaths(run).report / "episodes" / "data" / "late__retail.js").read_text()
+    rows = json.loads(data[data.index(",") + 1:data.rindex(")")])
+    tasks = [r[0] for r in rows]
+    assert tasks == sorted(tasks, key=natural_key)

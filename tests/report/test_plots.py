@@ -35,7 +35,10 @@ def test_unbounded_rates_start_at_zero(tmp_path):
     assert per_100.get_ylim()[0] == 0 and per_100.get_ylim()[1] >= 1
 
 
-def test_all_plots_with_one_checkpoint(tmp_path):
+def test_one_checkpoint_step_draws_no_one_dot_plots(tmp_path):
     paths = all_plots(_reduction(tmp_path, {"only": (0, Behavior())}), tmp_path / "plots")
-    assert sorted(paths) == ["confusion", "precision_recall", "rates"]
+    assert sorted(paths) == ["confusion"]  # against the step, one checkpoint is one dot: not drawn
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths.values())
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["confusion.png"]
+    two = all_plots(_reduction(tmp_path / "two", {"a": (0, Behavior()), "b": (1, Behavior())}), tmp_path / "plots2")
+    assert sorted(two) == ["confusion", "precision_recall", "rates"]

@@ -56,8 +56,8 @@ def test_report_writes_markdown_html_and_plots(run, capsys):
         m = g.metrics
         where = {"checkpoint": g.model, "domain": g.domain}
         row = (f"| {g.model} | {g.step} | {g.domain} | {linked(m.n_episodes, **where)} | {m.n_tasks} | "
-               f"{linked(fmt(m.handoff.accuracy), **where)} | {linked(fmt(m.handoff.precision), **where, outcome=TRANSFERRED)}"
-               f" ({m.handoff.precision.n} pos) |")
+               f"{linked(fmt(m.handoff.accuracy, 2), **where)} | "
+               f"{linked(fmt(m.handoff.precision, 2), **where, outcome=TRANSFERRED)} ({m.handoff.precision.n} pos) |")
         assert row in md
     assert "## Hand-off under the episode label" in md and "| user_ended_for_transfer | user_request_offscript |" in md
     good = reduction.group("good")  # airline 9 is in the sample: its gold is unreachable (issue 32)
@@ -149,7 +149,8 @@ def test_the_report_is_rewritten_when_the_scorer_or_the_report_code_changes(tmp_
 @pytest.mark.parametrize("argv, message", [
     (["report", "{tmp}"], "not a run directory"),
     (["compare", "{run}"], "name two different checkpoints"),
-    (["compare", "{run}", "{run}", "--a", "good"], "has checkpoints"),
+    (["compare", "{run}", "{run}", "--a", "good"], "has checkpoints bad, good, twin: name one with --a NAME (side A, "
+     "the first run) or --b NAME (side B), e.g. --a bad"),
     (["compare", "{run}", "--a", "good", "--b", "nope"], "no checkpoint 'nope'"),
 ])
 def test_bad_input_is_a_clear_error(run, tmp_path, capsys, argv, message):

@@ -65,7 +65,7 @@ def test_one_run_per_domain_with_a_row_per_checkpoint(run, tasks):
             assert {k: row[k] for k in reachable_values(group)} == pytest.approx(reachable_values(group))
             assert row["n_unreachable"] == group.n_unreachable and "tau2_reward_reachable" in row
             assert {f"transfer_rate/{r}" for r in metrics.transfer_rate_by_rule} <= set(row)
-            assert {"handoff/precision", "handoff/recall", "tau2_reward", "violation_rate/any",
+            assert {"handoff/precision", "handoff/recall", "tau2_reward", "violation_rate/any", "violation_rate/substantive",
                     "format_errors_per_100_turns/unknown_tool", "ci95/handoff/f1/lo", "handoff_episode/recall",
                     "outcome_detail/unneeded_handoff_unprompted", "user_simulator/user_request_offscript"} <= set(row)
             assert not any(k.startswith("pass_hat_k/") for k in row)  # one trial

@@ -193,6 +193,7 @@ def test_rates_per_rule_kind_and_termination():
     m = compute_metrics([bad, score("b", False, False)])
     assert m.violation_rate["multiple_actions_in_turn"].value == 0.5 and m.violation_rate["any"].k == 1
     assert m.violation_rate["off_reference_write"].value == 0.0
+    assert m.violation_rate["substantive"].k == 0  # the style rule alone is no substantive violation
     assert m.format_errors_per_100_turns["unknown_tool"].value == pytest.approx(100 / 8)
     assert m.format_errors_per_100_turns["any"].value == pytest.approx(100 / 8)  # both on one turn
     assert m.termination["agent_error"].k == 1 and m.termination["user_stop"].value == 0.5
@@ -242,3 +243,22 @@ def test_metrics_from_real_scored_episodes():
     m = compute_metrics([good, bad])
     assert m.n_tasks == 1 and m.tau2_reward.value == 0.5
     assert m.violation_rate["off_reference_write"].k == 1 and m.violation_rate["any"].value == 0.5
+    assert m.violation_rate["substantive"].k == 1
+
+
+def test_paired_difference_has_the_substantive_and_each_rules_rate():
+    style = [{"rule": "multiple_actions_in_turn", "turn": 1}]
+    a = [score(str(i), False, False, violations=style) for i in range(6)]
+    b = [score(str(i), False, False, violations=style + [{"rule": "write_without_confirmation", "turn": 2}] * (i % 2))
+         for i in range(6)]
+    d = paired_difference(a, b).metrics
+    assert d["violation_rate/multiple_actions_in_turn"].diff == 0.0 and d["violation_rate_any"].diff == 0.0
+    assert d["violation_rate_substantive"].diff == pytest.approx(-0.5)
+    assert d["violation_rate/write_without_confirmation"].b == pytest.approx(0.5)
+
+
+def test_no_style_weights_are_the_default_without_the_style_rule():
+    default, no_style = RewardWeights.load("default"), RewardWeights.load("no_style")
+    assert no_style.violations[RuleId.MULTIPLE_ACTIONS_IN_TURN] == 0.0 < default.violations[RuleId.MULTIPLE_ACTIONS_IN_TURN]
+    changed = {"violations": {**default.violations, RuleId.MULTIPLE_ACTIONS_IN_TURN: 0.0}}
+    assert no_style == default.model_copy(update=changed)

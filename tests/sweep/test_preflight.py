@@ -80,8 +80,10 @@ def test_checkpoint_problems_name_the_path_and_what_is_missing(tmp_path):
     assert problems(bare) == [
         f"{bare}: no config.json",
         f"{bare}: no weights (model.safetensors, pytorch_model.bin, or a sharded index)",
-        f"{bare}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json); set model.tokenizer to a tokenizer "
-        "directory"]
+        f"{bare}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json); set model.<name>.tokenizer to a "
+        "tokenizer directory"]
+    assert problems(bare, tokenizer_key="model.checkpoints.tokenizer")[-1].endswith(
+        "set model.checkpoints.tokenizer to a tokenizer directory")
     assert problems(bare / "nope") == [f"{bare / 'nope'}: checkpoint directory does not exist"]
     hf = copy_model(tmp_path / "actor" / "huggingface", ("model.safetensors",))
     assert "give the actor directory, global_step_N/actor" in problems(hf)[0]

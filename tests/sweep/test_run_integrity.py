@@ -153,8 +153,10 @@ def test_handoff_compare_html_holds_the_reducer_lock_while_it_scores(tmp_path, m
 def test_a_checkpoint_re_saved_since_the_run_started_is_refused(tmp_path):
     ckpt = tmp_path / "global_step_10"
     ckpt.mkdir()
+    from bench.scripted import model_path
+
     (ckpt / "model.safetensors").write_bytes(b"weights v1")
-    run_dir = finished_run(tmp_path / "run", f"model.smollm2.path={ckpt}")
+    run_dir = finished_run(tmp_path / "run", f"model.smollm2.path={ckpt}", f"model.smollm2.tokenizer={model_path()}")
     assert resume(run_dir) == 0  # unchanged: resumes
     (ckpt / "model.safetensors").write_bytes(b"weights v2, re-saved")
     os.utime(ckpt / "model.safetensors", ns=(1, 1))

@@ -65,8 +65,13 @@ def test_shell_completion_through_handoff():
 
 
 @pytest.mark.parametrize("entry, override, message", [
-    ("handoff sweep", "trails=3", "Could not override 'trails'"),
-    ("python -m handoff.sweep", "model=[no_such_model]", "model/no_such_model"),
+    ("handoff sweep", "trails=3", "trails: no such key (did you mean 'trials'?); add a new key with +trails=..."),
+    ("handoff sweep", "workers.thread=2", "workers.thread: no such key under workers (did you mean 'threads'?)"),
+    ("python -m handoff.sweep", "model=[no_such_model]",
+     "model: no option 'no_such_model'; the options: checkpoints, smollm2, tiny_hermes (conf/model/)"),
+    ("handoff sweep", "domain=[airline,retial]",
+     "domain: no option 'retial' (did you mean 'retail'?); the options: airline, retail (conf/domain/)"),
+    ("handoff sweep", "schedule=rolings", "schedule: Input should be 'sequential' or 'rolling' (did you mean 'rolling'?)"),
     ("handoff sweep", "trials=[", "no viable alternative at input '['"),
     ("python -m handoff.sweep", "tasks.kinds=[bogus]", "tasks.kinds: Value error, unknown task kind(s) bogus"),
     ("handoff sweep", "+model.smollm2.sampling.temprature=0.7",
@@ -152,7 +157,10 @@ def test_multirun_of_two_scripted_sweeps_then_a_failed_report_exits_1(tmp_path):
     for seed in (0, 1):
         run_dir = base / f"m{seed}"
         assert len(RunPaths(run_dir).shards()) == 1, seed
-        assert RunPaths(run_dir).report_md.is_file()
+        assert RunPaths(run_dir).report_md.is_file() and RunPaths(run_dir).report_txt.is_file()
+    rows = [line.split()[:4] for line in proc.stdout.splitlines() if line.startswith("smollm2-135m-instruct ")]
+    assert rows == [["smollm2-135m-instruct", "0", "airline", "1"]] * 2, proc.stdout  # each job's headline
+    assert proc.stdout.index("substantive viol.") < proc.stdout.index("  report_txt: "), proc.stdout  # then its paths
     # The jobs shared one Ray: job 1's episode worker (its log is named by its pid) served job 2 too.
     workers = [{p.name for p in (RunPaths(base / f"m{seed}").root / LOGS).glob("worker-*.log")} for seed in (0, 1)]
     assert len(workers[0]) == 1 and workers[0] == workers[1], workers
@@ -163,3 +171,31 @@ def test_multirun_of_two_scripted_sweeps_then_a_failed_report_exits_1(tmp_path):
     proc = hydra(f"resume={run_dir}", entry="python -m handoff.sweep")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "report error" in proc.stdout and "Traceback" in proc.stderr
+
+
+def test_a_scripted_checkpoint_without_a_tokenizer_is_refused_before_ray(tmp_path, capsys):
+    import ray
+
+    bare = tmp_path / "global_step_5"
+    bare.mkdir()
+    status = sweep_main(["engine=scripted", "model=[checkpoints]", f"+model.checkpoints.paths=[{bare}]",
+                         f"run_dir={tmp_path}/run", f"cluster.temp_dir={tmp_path}/ray"])
+    err = capsys.readouterr().err
+    refused(subprocess.CompletedProcess([], status, "", err),
+            f"model.checkpoints.paths.0: {bare}: no tokenizer (tokenizer.json, tokenizer.model, vocab.json); "
+            "set model.checkpoints.tokenizer to a tokenizer directory")
+    assert not ray.is_initialized() and not (tmp_path / "ray").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_sweep_says_which_conf_it_reads_outside_the_repository(tmp_path):
+    from handoff.sweep.run import CONF_DIR
+    from handoff.sweep.suggest import conf_note
+
+    assert conf_note(CONF_DIR, CONF_DIR.parent) is None  # the repository's own conf/
+    note = conf_note(CONF_DIR, tmp_path)
+    assert note == f"handoff sweep: reading the config from {CONF_DIR} (handoff's own, not the current directory's)"
+    (tmp_path / "conf").mkdir()
+    assert conf_note(CONF_DIR, tmp_path).endswith("; ./conf here is not read")
+    proc = subprocess.run([sys.executable, "-m", "handoff", "sweep", "trials=0", f"run_dir={tmp_path}/run"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(CONF_DIR.parent)})
+    assert f"reading the config from {CONF_DIR}" in proc.stderr, proc.stderr
