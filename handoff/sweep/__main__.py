@@ -5,7 +5,7 @@ episode workers) while they ask for the same cluster (handoff.sweep.session).
 
 Exit status: 0 when every shard finished, 1 when some failed (they are in <run>/failed/) or reducing
 or reporting failed, 2 for a bad config, a bad override or a refused resume (the message, no
-traceback). A multirun runs every job and exits with the highest status of its jobs.
+traceback), 130 for Ctrl-C (one line: what was kept and the command that continues the run). A multirun runs every job and exits with the highest status of its jobs.
 
 A resume (`resume=<dir>` among plain overrides) is composed from the overrides recorded in the run's
 manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
@@ -25,10 +25,15 @@ from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
+from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line
 from handoff.sweep.run import CONF_DIR, resume_dir, run_and_finish
 from handoff.sweep.session import one_ray
 
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
+
+
+class _MultirunInterrupted(KeyboardInterrupt):
+    """Raised after an interrupted job's line is printed: the multirun's other jobs do not start."""
 
 
 def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") -> int:
@@ -36,6 +41,9 @@ def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") ->
     bug: its traceback is printed (1), and a multirun goes on with its next job."""
     try:
         _, summary, reported = run_and_finish(cfg, overrides)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, what was kept and how to go on
+        print(f"{prog}: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+        return INTERRUPTED_STATUS
     except HandoffError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return USER_ERROR_STATUS
@@ -49,6 +57,8 @@ def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") ->
 def _hydra_job(cfg: DictConfig) -> None:
     # No sys.exit here: that would end a multirun after its first job.
     _job_statuses.append(sweep(cfg, list(HydraConfig.get().overrides.task)))
+    if _job_statuses[-1] == INTERRUPTED_STATUS:  # Ctrl-C ends a multirun too, not just its job
+        raise _MultirunInterrupted
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
@@ -67,6 +77,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -
     except SystemExit as exc:  # Hydra refused the command line or the config, and printed why
         if exc.code not in (0, None):
             return max([USER_ERROR_STATUS, *_job_statuses])
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a job (composing, or between a multirun's jobs)
+        if not isinstance(exc, _MultirunInterrupted):
+            print(f"{prog}: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+        return INTERRUPTED_STATUS
     finally:
         sys.argv = saved
     return max(_job_statuses, default=0)

@@ -31,6 +31,7 @@ from handoff.sweep.config import (
     validate,
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
+from handoff.sweep.interrupt import Interrupted, resume_command
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
@@ -208,6 +209,8 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
     try:
         summary = execute(prepared, progress=True)
         return prepared, summary, finish(prepared, summary)
+    except KeyboardInterrupt:  # Ctrl-C: the engines, workers and Ray are down by now
+        raise Interrupted(prepared.run.root, resume_command(prepared.run.root)) from None
     finally:
         prepared.run.unlock()
 
