@@ -7,8 +7,9 @@ Exit status: 0 when every shard finished, 1 when some failed (they are in <run>/
 or reporting failed, 2 for a bad config, a bad override or a refused resume (the message, no
 traceback), 130 for Ctrl-C (one line: what was kept and the command that continues the run). A multirun runs every job and exits with the highest status of its jobs.
 
-A resume (`resume=<dir>` among plain overrides) is composed from the overrides recorded in the run's
-manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
+A resume (`resume=<dir>` among plain overrides) or an extension (`extend=<dir>`, or `extend <dir>`
+first: more checkpoints or trials as new shards, handoff.sweep.extend) is composed from the overrides
+recorded in the run's manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
 through @hydra.main's composition of the default config.
 """
 
@@ -64,6 +65,11 @@ def _hydra_job(cfg: DictConfig) -> None:
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
     """Run Hydra on `argv` (default: sys.argv[1:]) and return the combined exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["extend"] and len(argv) > 1:  # `handoff sweep extend RUN [overrides]`
+        argv = [f"extend={argv[1]}", *argv[2:]]
+    extend = resume_dir(argv, "extend")
+    if extend is not None:
+        return sweep(OmegaConf.create({"resume": extend, "extend": extend}), argv, prog)
     run_dir = resume_dir(argv)
     if run_dir is not None:
         return sweep(OmegaConf.create({"resume": run_dir}), argv, prog)

@@ -31,6 +31,7 @@ from handoff.sweep.config import (
     validate,
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
+from handoff.sweep.extend import extend_hint, extended, with_recorded
 from handoff.sweep.interrupt import Interrupted, resume_command
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
@@ -85,12 +86,13 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
     return [o.input_line for o in parse_overrides(overrides) if _key(o) not in keys]
 
 
-def resume_dir(argv: list[str]) -> str | None:
-    """The run directory of `resume=<dir>` when argv holds only overrides (no Hydra flags)."""
+def resume_dir(argv: list[str], key: str = "resume") -> str | None:
+    """The run directory of `resume=<dir>` (or `extend=<dir>`) when argv holds only overrides (no
+    Hydra flags)."""
     if any(a.startswith("-") for a in argv):
         return None
     try:
-        resumes = [o for o in parse_overrides(argv) if _key(o) == "resume" and not o.is_delete()]
+        resumes = [o for o in parse_overrides(argv) if _key(o) == key and not o.is_delete()]
     except ConfigError:
         return None  # Hydra reports it
     value = resumes[-1].value() if resumes else None
@@ -108,6 +110,8 @@ class Prepared:
         self.data = recorded_config(cfg)
         self.sweep: SweepConfig = validate(cfg)
         self.ckpts = checkpoints(self.sweep)
+        if recorded is not None:  # a checkpoint of the run stays in it when it is gone from disk
+            self.ckpts = with_recorded(recorded, self.ckpts)
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
         self.content = {c.name: checkpoint_content(c) for c in self.ckpts}
@@ -146,6 +150,8 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     secrets = literal_secrets(parse_overrides(overrides))
     if secrets:
         raise ConfigError.of("overrides", secrets)
+    if cfg.get("extend"):
+        return _prepare_resume(str(cfg.extend), overrides, extend=True)
     resume = cfg.get("resume")
     if resume:
         return _prepare_resume(str(resume), overrides)
@@ -158,15 +164,38 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     return prepared
 
 
-def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
+def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False) -> Prepared:
+    """A resume, or (`extend`) an extension of the run (handoff.sweep.extend): its manifest gains the
+    new shards, written under the run's lock before anything runs."""
     run = SweepRun(run_dir)
     if not run.exists():
-        raise ConfigError(f"resume: {run_dir} is not a sweep run directory (no manifest.json)")
+        raise ConfigError(f"{'extend' if extend else 'resume'}: {run_dir} is not a sweep run directory "
+                          "(no manifest.json)")
     old = run.read_manifest()
-    recorded = merge_overrides(old.overrides, _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
+    given = _without(overrides, "resume", "run_dir", "extend")
+    recorded = merge_overrides(old.overrides, given, [f"run_dir={run_dir}"])
     prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
-    check_resumable(old, prepared.manifest, prepared.content)
+    if extend:
+        prepared.run.lock()
+        return extend_prepared(prepared, old, given)
+    try:
+        check_resumable(old, prepared.manifest, prepared.content)
+    except ResumeRefused as exc:
+        raise ResumeRefused(f"{exc}{extend_hint(old, prepared.manifest, run_dir)}") from None
     prepared.run.lock()
+    return prepared
+
+
+def extend_prepared(prepared: Prepared, old: Manifest, given: list[str]) -> Prepared:
+    """`prepared` (of a locked run) extended by what it plans beyond `old`; the manifest is written."""
+    try:
+        prepared.manifest = extended(old, prepared.manifest, prepared.content, given)
+    except BaseException:
+        prepared.run.unlock()
+        raise
+    prepared.shards = [Shard.model_validate(s) for s in prepared.manifest.shards]
+    if prepared.manifest != old:
+        prepared.run.write_manifest(prepared.manifest, prepared.yaml)
     return prepared
 
 
