@@ -117,6 +117,8 @@ class Extension(BaseModel):
     shards_before: int
     shards_added: int
     checkpoints_added: list[str] = Field(default_factory=list)
+    checkpoints_skipped: dict[str, str] = Field(
+        default_factory=dict, description="checkpoint name -> why it is left out (handoff follow: deleted on disk)")
 
 
 class Manifest(BaseModel):
@@ -190,6 +192,11 @@ class Manifest(BaseModel):
             if sha256_json(before) != ext.base_plan_sha256 or sha256_json(after) != ext.plan_sha256:
                 edited.append(f"the shards before or added by its extension {n} no longer match its hashes")
         return edited
+
+    def skipped(self) -> dict[str, str]:
+        """Checkpoints the run leaves out, with the reason (handoff follow: deleted before their
+        episodes finished): no W&B row, no number presented as whole."""
+        return {name: why for ext in self.extensions for name, why in ext.checkpoints_skipped.items()}
 
     @property
     def run_name(self) -> str:

