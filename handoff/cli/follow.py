@@ -12,7 +12,8 @@ def register(subparsers) -> None:
         "follow", help="evaluate each new checkpoint of a training run as it is saved (one growing run)",
         description=__doc__)
     parser.add_argument("watch", help="verl's checkpoint directory (global_step_N/actor beside "
-                                      "latest_checkpointed_iteration.txt) or a glob of checkpoint directories")
+                                      "latest_checkpointed_iteration.txt; it may not exist yet) or a glob "
+                                      "(a pattern) of checkpoint directories")
     parser.add_argument("run_dir", help="the run directory (created by the first checkpoint, extended by the next)")
     parser.add_argument("overrides", nargs="*", help="the sweep's Hydra overrides (handoff sweep --help)")
     parser.add_argument("--until-step", type=int, help="stop once a checkpoint of this step or later is handled")

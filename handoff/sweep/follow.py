@@ -1,7 +1,8 @@
 """`handoff follow WATCH RUN_DIR [overrides]`: a run that grows with training.
 
 WATCH is a verl checkpoint directory (the trainer's `default_local_dir`: `global_step_N/actor`
-beside `latest_checkpointed_iteration.txt`) or a glob of checkpoint directories. A watcher thread
+beside `latest_checkpointed_iteration.txt`; it may not exist yet) or a glob of checkpoint directories
+(a pattern: `*`, `?` or `[`). A watcher thread
 looks every `poll_s` for complete checkpoints:
 
 - verl's directory: `global_step_N` is complete once verl's marker, `latest_checkpointed_iteration.txt`,
@@ -12,9 +13,9 @@ looks every `poll_s` for complete checkpoints:
 Each complete checkpoint is recorded as seen (`<run>/follow/seen.jsonl`: path, step, when) and
 evaluated once, in a batch: the first batch creates the run (the sweep's config with
 `model=[checkpoints]` and the watched glob), each later one extends it (handoff.sweep.extend) by the
-checkpoints seen since, then runs, reduces, logs to W&B and reports as a sweep does. Ray and the
-episode workers stay up between batches (handoff.sweep.session.one_ray); the engines are started per
-batch, and reload in place between the checkpoints of a batch. A checkpoint deleted before its
+checkpoints seen since, then runs, reduces, logs to W&B and reports as a sweep does. Ray, the
+episode workers (handoff.sweep.session.one_ray) and the engines (handoff.sweep.kept) stay up between
+batches: an engine loads the next checkpoint in place. A checkpoint deleted before its
 episodes finished (verl keeps the last `max_ckpt_to_keep`) is recorded in the manifest as skipped,
 with the reason: its shards are not run, and it has no W&B row. Follow stops on a sentinel file,
 after `until_step`, or after `idle_timeout_s` without a new checkpoint, and prints what it did.
@@ -55,7 +56,8 @@ class Watch:
 
     @property
     def verl(self) -> bool:
-        return Path(self.target).is_dir()
+        """A plain path is verl's directory (it may not exist yet); a pattern (`*`, `?`, `[`) is a glob."""
+        return not globlib.has_magic(self.target)
 
     @property
     def glob(self) -> str:
@@ -205,6 +207,7 @@ def command(watch: str, run_dir: Path, flags: list[str], overrides: list[str]) -
 def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: Stop, poll_s: float = 2.0,
            settle_s: float = 10.0, flags: list[str] | None = None) -> FollowResult:
     """Follow `watch_target` into the run at `run_dir` until `stop` says so (see the module)."""
+    from handoff.sweep.kept import keep_engines
     from handoff.sweep.session import one_ray
 
     run = SweepRun(Path(run_dir).resolve())
@@ -217,7 +220,7 @@ def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: S
     watcher.start()
     batches, first, last_new, stopped = 0, True, time.monotonic(), ""
     try:
-        with one_ray():  # Ray and the episode workers stay up between batches
+        with one_ray(), keep_engines():  # Ray, the episode workers and the engines stay up between batches
             while True:
                 seen = watcher.snapshot()
                 manifest = run.read_manifest() if run.exists() else None

@@ -34,6 +34,8 @@ from handoff.sweep.config import (
 from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.extend import extend_hint, extended, with_recorded
 from handoff.sweep.interrupt import Interrupted, resume_command
+from handoff.sweep.kept import placement as kept_placement
+from handoff.sweep.logs import log_dir
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
@@ -266,7 +268,8 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
     """Run the plan's shards, or `shards` (an adaptive sweep's round) on their checkpoints only."""
     ckpts = prepared.ckpts if shards is None else [c for c in prepared.ckpts if c.name in {s.model for s in shards}]
     driver = Driver(prepared.sweep, prepared.run, ckpts, prepared.shards if shards is None else shards,
-                    progress=progress)
+                    progress=progress, placement=kept_placement(prepared.sweep, log_dir(prepared.run.root,
+                                                                                        prepared.sweep.verbose)))
     cluster = prepared.sweep.cluster
     local = embedded(cluster)
     if local:

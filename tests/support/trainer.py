@@ -5,7 +5,8 @@ tokenizer files) every `every_s`, then verl's marker `latest_checkpointed_iterat
 last, atomically, as verl does), and deletes the oldest checkpoints beyond `keep` (verl's
 `max_ckpt_to_keep`). With `--seen`, a checkpoint is deleted only once follow has recorded it as seen,
 so a test never depends on how fast follow looks: without it a checkpoint that lives shorter than
-follow's poll could pass unseen. Writes ROOT/trainer.done at the end."""
+follow's poll could pass unseen. With `--after-shard RUN` each checkpoint waits for a finished shard
+of the one before (one follow batch each). Writes ROOT/trainer.done at the end."""
 
 from __future__ import annotations
 
@@ -61,9 +62,15 @@ def main() -> None:
     parser.add_argument("--every-s", type=float, default=4.0)
     parser.add_argument("--keep", type=int, default=2)
     parser.add_argument("--seen", type=Path)
+    parser.add_argument("--after-shard", type=Path,
+                        help="a run directory: each checkpoint after the first is written once a shard of the "
+                             "previous one is finished there (one follow batch per checkpoint)")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
-    for step in args.steps:
+    for i, step in enumerate(args.steps):
+        while args.after_shard is not None and i and not list((args.after_shard / "shards").glob(
+                f"policy-step{args.steps[i - 1]}__*.jsonl")):
+            time.sleep(0.2)
         write_checkpoint(args.root, step)
         delete_beyond(args.root, args.keep, args.seen)
         time.sleep(args.every_s)

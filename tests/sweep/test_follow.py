@@ -161,3 +161,49 @@ def test_follow_a_fake_trainer_killed_and_restarted_evaluates_each_checkpoint_on
     rows = history(offline_runs(RunPaths(run_dir).wandb, run_id(RunDir(run_dir), "retail")))
     assert [r[STEP_METRIC] for r in rows] == evaluated
     assert [r["_step"] for r in rows] == list(range(len(evaluated)))
+
+
+@pytest.mark.ray
+def test_engines_stay_up_between_batches_and_load_the_next_checkpoint_in_place(ray_cluster, tmp_path, monkeypatch):
+    """Three checkpoints, each written after the one before was evaluated (three batches): one agent
+    engine process serves all three (a parked replica loads the next checkpoint in place)."""
+    from handoff.sweep.follow import follow
+    from handoff.sweep.kept import KeptPlacement
+
+    for name, value in env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    ckpts, run_dir, served = tmp_path / "ckpts", tmp_path / "run", tmp_path / "served.log"
+    steps = [10, 20, 30]
+    trainer = subprocess.Popen([sys.executable, "-m", "tests.support.trainer", str(ckpts), "--steps",
+                                *map(str, steps), "--every-s", "0", "--keep", "3", "--after-shard", str(run_dir)],
+                               start_new_session=True)
+    starts = []
+    original = KeptPlacement.start
+
+    def counting_start(self, ck, role):
+        replica = original(self, ck, role)
+        starts.append((role, ck.name, self.started, self.reused))
+        return replica
+
+    monkeypatch.setattr(KeptPlacement, "start", counting_start)
+    try:
+        result = follow(str(ckpts), run_dir, [*scripted("disabled"), f"engine.script.service_log={served}"],
+                        Stop(until_step=30), poll_s=0.3)
+        trainer.wait(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            os.killpg(trainer.pid, signal.SIGKILL)
+    assert result.batches == 3 and result.evaluated == [f"policy-step{s}" for s in steps] and not result.skipped
+    agent = {line.split()[0] for line in served.read_text().splitlines() if line.split()[1].startswith("policy-")}
+    assert len(agent) == 1, f"the agent's requests were served by processes {agent}"
+    assert {line.split()[1] for line in served.read_text().splitlines()} >= {f"policy-step{s}" for s in steps}
+    # two engine actors started (the agent's and the user simulator's), then only parked ones taken up
+    assert [(role, started) for role, _, started, _ in starts] == [
+        (starts[0][0], 1), (starts[1][0], 2), *[(role, 2) for role, *_ in starts[2:]]]
+    assert starts[-1][3] == len(starts) - 2 >= 4
+
+
+def test_a_plain_path_is_verls_directory_even_before_it_exists_and_a_pattern_is_a_glob(tmp_path):
+    later = Watch(str(tmp_path / "not-yet"))
+    assert later.verl and later.glob == str(tmp_path / "not-yet" / "global_step_*" / "actor")
+    assert not Watch(str(tmp_path / "ck-*")).verl and Watch(str(tmp_path / "ck-*")).glob == str(tmp_path / "ck-*")
