@@ -64,6 +64,13 @@ def test_an_extension_refuses_what_is_not_an_addition(tmp_path, override, reason
     assert RunPaths(run_dir).manifest_path.read_bytes() == manifest
 
 
+def test_an_adaptive_run_is_not_extended(tmp_path):
+    run_dir = finished_run(tmp_path / "run", "adaptive.enabled=true", "adaptive.max_trials=2")
+    with pytest.raises(ResumeRefused, match="adaptive.enabled: an adaptive run is not extended"):
+        prepare(extend_cfg(run_dir), [f"extend={run_dir}", "adaptive.max_trials=3"])
+    prepare_extension(run_dir)  # nothing added: a resume, allowed
+
+
 def test_fewer_trials_are_refused(tmp_path):
     run_dir = finished_run(tmp_path / "run", "trials=2")
     with pytest.raises(ResumeRefused, match=r"trials: 2 -> 1 \(fewer trials drop shards\)"):
