@@ -211,9 +211,10 @@ def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: S
     from handoff.sweep.session import one_ray
 
     run = SweepRun(Path(run_dir).resolve())
-    lock = follow_lock(run)
     watch = Watch(watch_target, settle_s)
     base = ["model=[checkpoints]", f"model.checkpoints.glob={watch.glob}", *overrides, f"run_dir={run.root}"]
+    check_config(base)
+    lock = follow_lock(run)
     watcher = Watcher(watch, run.root / "follow" / "seen.jsonl", poll_s)
     print(f"follow {watch.glob} into {run.root}: a checkpoint is complete on {watch.signal}", file=sys.stderr,
           flush=True)
@@ -242,6 +243,23 @@ def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: S
         watcher.stop()
         lock.close()
     return _result(run, stopped, batches)
+
+
+def check_config(overrides: list[str]) -> None:
+    """A bad config or override fails now (exit 2), before anything is watched or started."""
+    from hydra.errors import HydraException
+
+    from handoff.errors import ConfigError
+    from handoff.sweep.config import validate
+    from handoff.sweep.run import compose
+
+    try:
+        sweep = validate(compose(overrides), check_paths=False)
+    except HydraException as exc:
+        raise ConfigError(f"follow: cannot compose the overrides: {exc}") from None
+    if sweep.adaptive.enabled:
+        raise ConfigError("adaptive.enabled: follow evaluates a set that grows, which an adaptive sweep's "
+                          "decisions do not cover (docs/metrics.md, \"A set that grows\")")
 
 
 @dataclass

@@ -207,3 +207,17 @@ def test_a_plain_path_is_verls_directory_even_before_it_exists_and_a_pattern_is_
     later = Watch(str(tmp_path / "not-yet"))
     assert later.verl and later.glob == str(tmp_path / "not-yet" / "global_step_*" / "actor")
     assert not Watch(str(tmp_path / "ck-*")).verl and Watch(str(tmp_path / "ck-*")).glob == str(tmp_path / "ck-*")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("adaptive.enabled=true", "adaptive.enabled: follow evaluates a set that grows"),
+    ("trials=0", "trials: Input should be greater than or equal to 1"),
+    ("nope=1", "follow: cannot compose the overrides"),
+])
+def test_a_bad_config_is_refused_before_anything_is_watched(tmp_path, override, message):
+    from handoff.errors import ConfigError
+    from handoff.sweep.follow import follow
+
+    with pytest.raises(ConfigError, match=message):
+        follow(str(tmp_path / "ckpts"), tmp_path / "run", [*scripted("disabled"), override], Stop(until_step=1))
+    assert not (tmp_path / "run").exists()
