@@ -1,4 +1,4 @@
-"""`handoff follow` (handoff.sweep.follow) against a fake verl trainer (tests/support/trainer.py) that
+"""`handoff follow` (handoff.sweep.follow) against a fake verl trainer (handoff.testing.trainer.py) that
 writes a tiny checkpoint in verl's layout every few seconds and deletes the oldest beyond a keep
 count, on the scripted engine: every checkpoint written is evaluated exactly once or recorded as
 skipped with its reason; follow killed with SIGKILL mid-way and started again loses and duplicates
@@ -22,7 +22,7 @@ from handoff.records import read_shard
 from handoff.rundir import RunDir, RunPaths
 from handoff.sweep.follow import Stop, Watch, Watcher, follow_lock
 from handoff.sweep.rundir import RunLocked, SweepRun
-from tests.support.trainer import write_checkpoint
+from handoff.testing.trainer import write_checkpoint
 
 STEPS = [10, 20, 30, 40, 50, 60]
 
@@ -118,7 +118,7 @@ def test_follow_a_fake_trainer_killed_and_restarted_evaluates_each_checkpoint_on
 
     ckpts, run_dir = tmp_path / "ckpts", tmp_path / "run"
     seen = run_dir / "follow" / "seen.jsonl"
-    trainer = subprocess.Popen([sys.executable, "-m", "tests.support.trainer", str(ckpts), "--steps",
+    trainer = subprocess.Popen([sys.executable, "-m", "handoff.testing.trainer", str(ckpts), "--steps",
                                 *map(str, STEPS), "--every-s", "3", "--keep", "2", "--seen", str(seen)],
                                start_new_session=True)
     cmd = [sys.executable, "-m", "handoff", "follow", "--until-step", str(STEPS[-1]), "--poll-s", "0.5",
@@ -174,7 +174,7 @@ def test_engines_stay_up_between_batches_and_load_the_next_checkpoint_in_place(r
         monkeypatch.setenv(name, value)
     ckpts, run_dir, served = tmp_path / "ckpts", tmp_path / "run", tmp_path / "served.log"
     steps = [10, 20, 30]
-    trainer = subprocess.Popen([sys.executable, "-m", "tests.support.trainer", str(ckpts), "--steps",
+    trainer = subprocess.Popen([sys.executable, "-m", "handoff.testing.trainer", str(ckpts), "--steps",
                                 *map(str, steps), "--every-s", "0", "--keep", "3", "--after-shard", str(run_dir)],
                                start_new_session=True)
     starts = []

@@ -1,4 +1,4 @@
-"""A fake verl trainer for `handoff follow` tests: `python -m tests.support.trainer ROOT --steps 10 20 30
+"""A fake verl trainer for `handoff follow` tests and bench.bench_follow: `python -m handoff.testing.trainer ROOT --steps 10 20 30
 --every-s 4 --keep 2 --seen RUN/follow/seen.jsonl` writes a tiny checkpoint in verl's layout
 (`global_step_N/actor`: an FSDP shard per rank, fsdp_config.json, huggingface/ with config and
 tokenizer files) every `every_s`, then verl's marker `latest_checkpointed_iteration.txt` (written
