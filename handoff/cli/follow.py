@@ -9,7 +9,7 @@ import sys
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "follow", help="evaluate each new checkpoint of a training run as it is saved (one growing run)",
+        "follow", help="evaluate each checkpoint a training run saves, as it is saved",
         description=__doc__)
     parser.add_argument("watch", help="verl's checkpoint directory (global_step_N/actor beside "
                                       "latest_checkpointed_iteration.txt; it may not exist yet) or a glob "
