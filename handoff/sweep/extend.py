@@ -91,10 +91,10 @@ def extended(old: Manifest, new: Manifest, content: dict[str, str], overrides: l
         checkpoints_added=[c["name"] for c in new.checkpoints if c["name"] not in known],
         checkpoints_skipped=skipped,
     )
-    return new.model_copy(update=dict(
-        run_uuid=old.run_uuid, created=old.created, adaptive=old.adaptive, name=old.name or new.name,
-        shards=shards, plan_sha256=extension.plan_sha256,
-        n_episodes=sum(len(Shard.model_validate(s).episodes) for s in shards),
-        extensions=([*old.extensions, extension] if added or skipped or old.config_hash != new.config_hash
-                    else old.extensions),
-    ))
+    recorded_change = added or skipped or old.config_hash != new.config_hash
+    return new.model_copy(update={
+        "run_uuid": old.run_uuid, "created": old.created, "adaptive": old.adaptive, "name": old.name or new.name,
+        "shards": shards, "plan_sha256": extension.plan_sha256,
+        "n_episodes": sum(len(Shard.model_validate(s).episodes) for s in shards),
+        "extensions": [*old.extensions, extension] if recorded_change else old.extensions,
+    })

@@ -219,30 +219,34 @@ def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: S
     print(f"follow {watch.glob} into {run.root}: a checkpoint is complete on {watch.signal}", file=sys.stderr,
           flush=True)
     watcher.start()
-    batches, first, last_new, stopped = 0, True, time.monotonic(), ""
     try:
         with one_ray(), keep_engines():  # Ray, the episode workers and the engines stay up between batches
-            while True:
-                seen = watcher.snapshot()
-                manifest = run.read_manifest() if run.exists() else None
-                plan = _batch_plan(manifest, seen, run, first)
-                if plan is not None:
-                    _run_batch(run, base, seen, plan)
-                    batches, first = batches + 1, False
-                    manifest = run.read_manifest()
-                unhandled = len(_unhandled(manifest, seen, watch))
-                stopped = stop.reason(manifest, time.monotonic() - last_new, unhandled) or ""
-                if stopped:
-                    break
-                if watcher.arrived.wait(poll_s):
-                    watcher.arrived.clear()
-                    last_new = time.monotonic()
+            stopped, batches = _loop(run, base, watcher, stop, poll_s)
     except KeyboardInterrupt:
         raise Interrupted(run.root, command(watch_target, run.root, flags or [], overrides)) from None
     finally:
         watcher.stop()
         lock.close()
     return _result(run, stopped, batches)
+
+
+def _loop(run: SweepRun, base: list[str], watcher: Watcher, stop: Stop, poll_s: float) -> tuple[str, int]:
+    """Batches until `stop` says why: (that reason, the number of batches)."""
+    batches, first, last_new = 0, True, time.monotonic()
+    while True:
+        seen = watcher.snapshot()
+        manifest = run.read_manifest() if run.exists() else None
+        plan = _batch_plan(manifest, seen, run, first)
+        first = False
+        if plan is not None:
+            _run_batch(run, base, seen, plan)
+            batches, manifest = batches + 1, run.read_manifest()
+        stopped = stop.reason(manifest, time.monotonic() - last_new, len(_unhandled(manifest, seen)))
+        if stopped:
+            return stopped, batches
+        if watcher.arrived.wait(poll_s):
+            watcher.arrived.clear()
+            last_new = time.monotonic()
 
 
 def check_config(overrides: list[str]) -> None:
@@ -276,7 +280,7 @@ def _names(manifest: Manifest | None) -> tuple[dict[str, str], str, str | None]:
             model.get("step_regex"))
 
 
-def _unhandled(manifest: Manifest | None, seen: dict[str, float], watch: Watch) -> list[str]:
+def _unhandled(manifest: Manifest | None, seen: dict[str, float]) -> list[str]:
     """Seen checkpoints the run neither plans nor skipped."""
     paths, name, regex = _names(manifest)
     skipped = manifest.skipped() if manifest else {}
@@ -344,8 +348,8 @@ def _result(run: SweepRun, stopped: str, batches: int) -> FollowResult:
 
 
 def summary_lines(result: FollowResult) -> list[str]:
-    lines = [f"follow: stopped ({result.stopped}) after {result.batches} batch(es): "
-             f"{len(result.evaluated)} checkpoint(s) evaluated, {len(result.skipped)} skipped, "
-             f"{len(result.failed_shards)} failed shard(s); run {result.run_dir}"]
+    lines = [(f"follow: stopped ({result.stopped}) after {result.batches} batch(es): "
+              f"{len(result.evaluated)} checkpoint(s) evaluated, {len(result.skipped)} skipped, "
+              f"{len(result.failed_shards)} failed shard(s); run {result.run_dir}")]
     lines += [f"  skipped {name}: {why}" for name, why in sorted(result.skipped.items())]
     return lines

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
 

@@ -124,3 +124,25 @@ def test_extend_adds_a_checkpoint_and_a_trial_to_a_finished_run_old_shards_byte_
     assert sorted(p.name for p in shards) == sorted(
         f"policy-step{step}__retail__t{trial}__0000.jsonl" for step in (10, 20) for trial in (0, 1))
     assert prepared.manifest.extensions[0].checkpoints_added == ["policy-step20"]
+
+
+def test_a_skipped_checkpoint_is_left_out_of_every_number_and_named_in_the_report(tmp_path):
+    """handoff follow records a checkpoint deleted before its episodes finished as skipped: its
+    finished episodes stay on disk but no metric, W&B row or report number presents them as whole."""
+    from handoff.report import reduce_run
+    from handoff.report.render import markdown
+    from handoff.report.wandb_log import final_rows
+    from handoff.rundir import RunDir
+
+    run_dir = finished_run(tmp_path / "run")
+    name = RunPaths(run_dir).read_manifest().checkpoints[0]["name"]
+    assert {g.model for g in reduce_run(run_dir).groups} == {name}
+    prepared = prepare(extend_cfg(run_dir), [f"extend={run_dir}"], skipped={name: "deleted before it finished"})
+    prepared.run.unlock()
+    manifest = RunPaths(run_dir).read_manifest()
+    assert manifest.skipped() == {name: "deleted before it finished"} and manifest.extensions[-1].shards_added == 0
+    reduction = reduce_run(run_dir)
+    assert reduction.groups == [] and reduction.n_episodes == 2  # the episodes stay, no number from them
+    assert final_rows(RunDir(run_dir), reduction, "airline") == ([], [])
+    assert f"{name} skipped, left out of every number: deleted before it finished" in markdown(
+        RunDir(run_dir), reduction, {})

@@ -221,3 +221,31 @@ def test_a_bad_config_is_refused_before_anything_is_watched(tmp_path, override, 
     with pytest.raises(ConfigError, match=message):
         follow(str(tmp_path / "ckpts"), tmp_path / "run", [*scripted("disabled"), override], Stop(until_step=1))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.ray
+def test_ctrl_c_of_follow_exits_130_with_the_command_that_continues_it(tmp_path):
+    import shlex
+
+    from handoff.cli import build_parser
+
+    ckpts, run_dir = tmp_path / "ckpts", tmp_path / "run"
+    write_checkpoint(ckpts, 10)
+    cmd = [sys.executable, "-m", "handoff", "follow", "--until-step", "100", "--poll-s", "0.5", str(ckpts),
+           str(run_dir), *scripted("disabled")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=env(tmp_path))
+    try:
+        wait_for(lambda: (run_dir / "report" / "report.md").is_file(), "the first batch's report", proc)
+        os.killpg(proc.pid, signal.SIGINT)  # follow waits for the next checkpoint
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    [line] = [line for line in err.splitlines() if "interrupted" in line]
+    assert line.startswith(f"handoff follow: interrupted: kept 1 finished shard(s) and 0 episode(s) of unfinished "
+                           f"ones in {run_dir}; continue with: handoff follow ")
+    again = build_parser().parse_args(shlex.split(line.split("continue with: ", 1)[1])[1:])
+    assert (again.watch, again.run_dir, again.until_step, again.poll_s) == (str(ckpts), str(run_dir), 100, 0.5)
+    assert again.overrides == scripted("disabled")
