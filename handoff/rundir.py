@@ -6,6 +6,8 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
       config.yaml                 the resolved Hydra config
       .lock                       held (flock) by the sweep driver while it runs, reduces and reports
       .reduce.lock                held (flock) by whoever reduces, logs to W&B or reports (one at a time)
+      .follow.lock                held (flock) by `handoff follow` (handoff.sweep.follow) while it follows
+      follow/seen.jsonl           the checkpoints follow saw complete (path, step, when)
       shards/<id>.jsonl           finished shards (handoff.records format)
       partial/<id>.jsonl          episodes of unfinished shards, one record a line
       failed/<id>.json            shards that kept failing: kind, error and attempts
