@@ -146,3 +146,15 @@ def test_a_skipped_checkpoint_is_left_out_of_every_number_and_named_in_the_repor
     assert final_rows(RunDir(run_dir), reduction, "airline") == ([], [])
     assert f"{name} skipped, left out of every number: deleted before it finished" in markdown(
         RunDir(run_dir), reduction, {})
+
+
+def test_the_command_line_takes_extend_as_a_word_or_a_key(tmp_path, capsys):
+    from handoff.sweep.__main__ import main as sweep_main
+
+    run_dir = finished_run(tmp_path / "run")
+    assert sweep_main(["extend", str(run_dir), "seed=3"], prog="handoff sweep") == 2
+    assert "handoff sweep: refusing to extend" in capsys.readouterr().err
+    assert sweep_main([f"extend={run_dir}", "seed=3"]) == 2
+    assert "refusing to extend" in capsys.readouterr().err
+    assert sweep_main(["extend", str(run_dir)], prog="handoff sweep") == 0  # nothing to add: as a resume
+    assert "2/2 episodes" in capsys.readouterr().out
