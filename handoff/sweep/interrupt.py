@@ -44,7 +44,7 @@ def kept_episodes(run: RunPaths) -> tuple[int, int]:
 def interrupted_line(exc: KeyboardInterrupt) -> str:
     """The one line printed for a Ctrl-C."""
     if not isinstance(exc, Interrupted):
-        return "interrupted before the run directory was written: nothing kept"
+        return "interrupted before the sweep started: nothing new ran"
     shards, partial = kept_episodes(RunPaths(exc.run_root))
     return (f"interrupted: kept {shards} finished shard(s) and {partial} episode(s) of unfinished ones in "
             f"{exc.run_root}; continue with: {exc.command}")

@@ -127,12 +127,12 @@ def test_follow_a_fake_trainer_killed_and_restarted_evaluates_each_checkpoint_on
                                 start_new_session=True, env=env(tmp_path))
     try:
         wait_for(lambda: bool(RunPaths(run_dir).shards()), "a finished shard", follower)
-        second = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=600)
+        second = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=600, check=False)
         assert second.returncode == 2 and "another `handoff follow` is following this run" in second.stderr
         os.killpg(follower.pid, signal.SIGKILL)  # follow, its Ray and engines, mid-way
         follower.wait(timeout=60)
         finished = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in RunPaths(run_dir).shards()}
-        restarted = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=900,
+        restarted = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path), timeout=900, check=False,
                                    start_new_session=True)
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         trainer.wait(timeout=300)
@@ -238,7 +238,7 @@ def test_ctrl_c_of_follow_exits_130_with_the_command_that_continues_it(tmp_path)
     try:
         wait_for(lambda: (run_dir / "report" / "report.md").is_file(), "the first batch's report", proc)
         os.killpg(proc.pid, signal.SIGINT)  # follow waits for the next checkpoint
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
