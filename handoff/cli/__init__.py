@@ -14,7 +14,7 @@ from handoff.errors import HandoffError, exit_on_user_error
 
 # Subcommands in workflow order; each module adds its own through `register` (a keyword's module
 # has a trailing underscore: handoff.cli.import_).
-COMMANDS = ("sweep", "import", "report", "compare", "leaderboard", "export", "score", "reduce", "labels")
+COMMANDS = ("sweep", "follow", "import", "report", "compare", "leaderboard", "export", "score", "reduce", "labels")
 
 EXAMPLES = """examples:
   handoff sweep                                  run the default sweep (conf/sweep.yaml)
@@ -22,6 +22,8 @@ EXAMPLES = """examples:
   handoff sweep --help                           config groups and options
   handoff sweep -m seed=0,1 'run_dir=runs/s${seed}'   one sweep per seed (multirun)
   handoff sweep resume=runs/default-20260101-120000   finish a stopped or failed run
+  handoff sweep extend=runs/x trials=2           add checkpoints or trials to a run as new shards
+  handoff follow /ckpt/rl runs/rl --until-step 400   evaluate each checkpoint verl saves, one growing run
   handoff report runs/default-20260101-120000    report.md/html with plots, episode pages
   handoff compare runs/a runs/b                  paired differences with 95% intervals, flips
   handoff compare runs/a runs/b --html f.html    the flipped tasks' transcripts side by side

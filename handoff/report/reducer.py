@@ -217,10 +217,12 @@ def reduce_run(run_dir: str | Path, scorer: Scorer | None = None) -> Reduction:
 
 def reduce_locked(run: RunDir, scorer: Scorer | None = None) -> Reduction:
     episodes, by_shard, corrupt = score_run(run, scorer or Scorer.for_config(run.config))
+    skipped = run.manifest.skipped()  # handoff follow: deleted before they finished, no number shown as whole
+    measured = [e for e in episodes if e.model not in skipped]
     reduction = Reduction(run=run.name, n_episodes=len(episodes), shards=list(by_shard),
                           corrupt_shards=corrupt, foreign_shards=sorted(run.run_shards()[1]),
                           failed_shards=run.failed_ids(),
-                          groups=with_reachable_tau2(compute_groups(episodes), episodes), episodes=episodes,
+                          groups=with_reachable_tau2(compute_groups(measured), measured), episodes=episodes,
                           by_shard=by_shard)
     write_atomic(run.metrics, reduction.model_dump_json(indent=1) + "\n")
     return reduction

@@ -228,7 +228,9 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
              f"Run directory `{run.root}`: {reduction.n_episodes} episodes from {len(reduction.shards)} shards"
              f"; corrupt shards: {', '.join(reduction.corrupt_shards) or 'none'}"
              + (f"; not this run's, skipped: {', '.join(reduction.foreign_shards)}" if reduction.foreign_shards else "")
-             + f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}.",
+             + f"; failed shards: {', '.join(reduction.failed_shards) or 'none'}"
+             + "".join(f"; {name} skipped, left out of every number: {why}"
+                       for name, why in sorted(run.manifest.skipped().items())) + ".",
              "Values are given with their 95% interval (docs/metrics.md). Every number links to the episodes "
              f"behind it; [all episodes]({pages.link()}) (filter and sort them there)"
              + (f"; [tasks x checkpoints]({TASK_GRID}) (which tasks flipped, at which step)."

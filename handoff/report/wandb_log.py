@@ -175,10 +175,14 @@ def reachable_values(g: GroupMetrics) -> dict[str, float]:
 def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], dict[tuple[str, str], set[str]]]:
     """The checkpoints in step order, and the shard ids planned per (checkpoint, domain); a run
     without a recorded plan (synthetic runs) has what its shards hold."""
+    skipped = run.manifest.skipped()  # deleted before their episodes finished (handoff follow): no row
     ckpts = [(c["name"], c["step"]) for c in run.manifest.checkpoints] or reduction.checkpoints()
+    ckpts = [c for c in ckpts if c[0] not in skipped]
     plan: dict[tuple[str, str], set[str]] = {}
     trials = scheduled_trials(run)  # an adaptive sweep: only the rounds each checkpoint was given
     for shard in run.manifest.shards:
+        if shard["model"] in skipped:
+            continue
         if trials is None or shard["trial"] < trials.get(shard["model"], 0):
             plan.setdefault((shard["model"], shard["domain"]), set()).add(shard["id"])
     return sorted(ckpts, key=lambda c: (c[1], c[0])), plan

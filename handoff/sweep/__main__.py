@@ -5,10 +5,11 @@ episode workers) while they ask for the same cluster (handoff.sweep.session).
 
 Exit status: 0 when every shard finished, 1 when some failed (they are in <run>/failed/) or reducing
 or reporting failed, 2 for a bad config, a bad override or a refused resume (the message, no
-traceback). A multirun runs every job and exits with the highest status of its jobs.
+traceback), 130 for Ctrl-C (one line: what was kept and the command that continues the run). A multirun runs every job and exits with the highest status of its jobs.
 
-A resume (`resume=<dir>` among plain overrides) is composed from the overrides recorded in the run's
-manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
+A resume (`resume=<dir>` among plain overrides) or an extension (`extend=<dir>`, or `extend <dir>`
+first: more checkpoints or trials as new shards, handoff.sweep.extend) is composed from the overrides
+recorded in the run's manifest plus the new ones (which may name keys of the recorded config groups), so it does not go
 through @hydra.main's composition of the default config.
 """
 
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
+from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line
 from handoff.sweep.run import CONF_DIR, compose, resume_dir, run_and_finish
 from handoff.sweep.suggest import check_overrides, print_conf_note
 from handoff.sweep.session import one_ray
@@ -32,11 +34,18 @@ from handoff.sweep.session import one_ray
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
 
 
+class _MultirunInterrupted(KeyboardInterrupt):
+    """Raised after an interrupted job's line is printed: the multirun's other jobs do not start."""
+
+
 def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") -> int:
     """One sweep as an exit status. A user error is one line on stderr (2); any other exception is a
     bug: its traceback is printed (1), and a multirun goes on with its next job."""
     try:
         _, summary, reported = run_and_finish(cfg, overrides)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, what was kept and how to go on
+        print(f"{prog}: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+        return INTERRUPTED_STATUS
     except HandoffError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return USER_ERROR_STATUS
@@ -50,6 +59,8 @@ def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") ->
 def _hydra_job(cfg: DictConfig) -> None:
     # No sys.exit here: that would end a multirun after its first job.
     _job_statuses.append(sweep(cfg, list(HydraConfig.get().overrides.task)))
+    if _job_statuses[-1] == INTERRUPTED_STATUS:  # Ctrl-C ends a multirun too, not just its job
+        raise _MultirunInterrupted
 
 
 def _refused_overrides(argv: list[str], prog: str) -> int:
@@ -68,6 +79,11 @@ def _refused_overrides(argv: list[str], prog: str) -> int:
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
     """Run Hydra on `argv` (default: sys.argv[1:]) and return the combined exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["extend"] and len(argv) > 1:  # `handoff sweep extend RUN [overrides]`
+        argv = [f"extend={argv[1]}", *argv[2:]]
+    extend = resume_dir(argv, "extend")
+    if extend is not None:
+        return sweep(OmegaConf.create({"resume": extend, "extend": extend}), argv, prog)
     run_dir = resume_dir(argv)
     if run_dir is not None:
         return sweep(OmegaConf.create({"resume": run_dir}), argv, prog)
@@ -85,6 +101,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -
     except SystemExit as exc:  # Hydra refused the command line or the config, and printed why
         if exc.code not in (0, None):
             return max([USER_ERROR_STATUS, *_job_statuses])
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a job (composing, or between a multirun's jobs)
+        if not isinstance(exc, _MultirunInterrupted):
+            print(f"{prog}: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+        return INTERRUPTED_STATUS
     finally:
         sys.argv = saved
     return max(_job_statuses, default=0)

