@@ -237,7 +237,8 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
         return driver.summary()
     if not cluster.address:  # an embedded cluster: its size is known before it starts
         check_resources(prepared.sweep, driver.pool.engine_sets(), *local_resources(cluster))
-    preflight.before_ray(prepared.sweep, local)
+    if driver.pool.engine_sets():  # API models with an API user simulator load no engine: no vLLM build needed
+        preflight.before_ray(prepared.sweep, local)
     with ray_cluster(cluster, prepared.sweep.verbose):
         serve_merged(driver, prepared.sweep, local)
         return driver.execute()
