@@ -56,3 +56,17 @@ def test_no_success_leaves_cost_per_success_undefined():
 def test_a_constant_cost_has_a_zero_width_interval():
     interval = mean_interval([2.0, 2.0, 2.0])
     assert (interval.value, interval.lo, interval.hi) == (2.0, 2.0, 2.0)
+
+
+def test_compare_json_carries_each_sides_cost_api_model_against_checkpoint(tmp_path, capsys):
+    import json
+
+    from handoff.cli import main
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL)}, "c")
+    assert main(["compare", str(run), "--a", "api", "--b", "local", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["result"]["n_tasks"] == len(TASKS)  # paired on the tasks both ran
+    a, b = out["side_a"]["cost"], out["side_b"]["cost"]
+    assert a["usd"]["total"] == pytest.approx(0.10) and a["usd"]["per_tau2_success"]["lo"] is not None
+    assert b["usd"]["total"] == 0 and b["gpu_s"]["per_episode"]["value"] == 6.0
