@@ -292,11 +292,22 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
     lines = [f"sweep {prepared.sweep.name}: {summary.episodes_done}/{summary.episodes_total} episodes "
              f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",
              f"  results: {prepared.run.shards_dir}"]
-    lines += [f"  {name}: {path}" for name, path in paths.items()]
+    lines += [f"  {name}: {path}" for name, path in paths.items()] + _cost_line(prepared)
     if summary.shards_failed:
         lines.append(f"  failed shards: {prepared.run.failed_dir} (rerun them: make resume RUN={prepared.run.root})")
     print("\n".join(lines), flush=True)
     return {"summary": asdict(summary), **{k: str(v) for k, v in paths.items()}}
+
+
+def _cost_line(prepared: Prepared) -> list[str]:
+    """The sweep's total cost per checkpoint (handoff.report.cost), once the run is reduced."""
+    from handoff.report.cost import total_line
+    from handoff.report.reducer import Reduction
+
+    try:
+        return [f"  {total_line(Reduction.load(prepared.run.root))}"]
+    except (OSError, ValueError):  # no reduction (the report failed): the paths above say so
+        return []
 
 
 __all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_and_finish", "run_sweep"]
