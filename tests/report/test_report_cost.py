@@ -80,3 +80,17 @@ def test_the_summary_states_each_checkpoints_total(tmp_path):
     line = total_line(reduce_run(run))
     assert "api $0.1000, 0.0 engine-s, 0.0 GPU-s" in line and "local $0.0000, 12.0 engine-s, 24.0 GPU-s" in line
     assert "old n/a" in line
+
+
+def test_wandb_rows_carry_cost_with_intervals_and_leave_out_what_is_na(tmp_path):
+    from handoff.report.wandb_log import cost_values
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "c-0": records("unpriced", UNPRICED),
+                                           "d-0": records("old", None)}, "c")
+    reduction = reduce_run(run)
+    api = cost_values(reduction.group("api", "airline"))
+    assert api["cost/usd/total"] == pytest.approx(0.10) and api["cost/usd/per_episode"] == pytest.approx(0.025)
+    assert "ci95/cost/usd/per_tau2_success/lo" in api and "cost/gpu_s/per_episode" in api
+    unpriced = cost_values(reduction.group("unpriced", "airline"))
+    assert "cost/usd/total" not in unpriced and unpriced["cost/engine_s/total"] == 0  # n/a is left out, not 0
+    assert cost_values(reduction.group("old", "airline")) == {}

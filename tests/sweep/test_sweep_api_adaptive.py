@@ -6,7 +6,6 @@ at margin 0: both stay undecided and run both rounds)."""
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf  # noqa: F401
 
 import handoff  # noqa: F401
 from bench.scripted import model_path
