@@ -26,9 +26,44 @@ from pydantic import BaseModel, Field, ValidationError
 from handoff.errors import HandoffError
 from handoff.rules.events import FormatEvent
 
-SHARD_SCHEMA_VERSION = 1
+SHARD_SCHEMA_VERSION = 2
 """1: a header line (shard_id, n, sha256) and one EpisodeRecord per line (headers from before the
-field have no schema_version and are version 1 too). Tests: tests/golden/shard-v*.jsonl."""
+field have no schema_version and are version 1 too). 2: `usage` records what the episode cost
+(`Cost`: tokens of agent and user, API dollars or engine- and GPU-seconds, wall time by part); a
+version-1 record reads with `usage.cost` None (n/a in every view). Tests: tests/golden/shard-v*.jsonl."""
+
+
+class Cost(BaseModel):
+    """What one episode cost (docs/metrics.md, "Cost"). Dollars are litellm's price from its local cost
+    map, None with the reason in `*_cost_note` where it has none (never made up); a local engine's cost
+    is its request time (engine-seconds) and that times the replica's GPUs (GPU-seconds)."""
+
+    agent_cached_tokens: int = 0  # prompt tokens the prefix cache (or the provider's) served
+    user_prompt_tokens: int = 0
+    user_cached_tokens: int = 0
+    agent_usd: float | None = None  # an API agent's price; None: a local engine (agent_usd_note says so) or unknown
+    agent_usd_note: str | None = None
+    user_usd: float | None = None  # an API user simulator's price
+    user_usd_note: str | None = None
+    agent_engine_s: float = 0.0  # time of the agent's requests on its engine (0: an API model)
+    user_engine_s: float = 0.0
+    gpu_s: float = 0.0  # (agent_engine_s + user_engine_s) x GPUs per replica
+    agent_s: float = 0.0  # the episode's wall time, by who it waited for: the agent's turns,
+    user_s: float = 0.0  # the user simulator's,
+    tool_s: float = 0.0  # the tools' (the rest of wall_s: tau2's orchestration and the evaluation)
+
+    @property
+    def usd(self) -> float | None:
+        """Agent and user dollars; None when either is unknown. A local engine's side costs no dollars:
+        it is 0 when its note says `local engine`."""
+        parts = [(self.agent_usd, self.agent_usd_note), (self.user_usd, self.user_usd_note)]
+        if any(v is None and not (note or "").startswith(LOCAL_ENGINE) for v, note in parts):
+            return None
+        return sum(v or 0.0 for v, _ in parts)
+
+
+LOCAL_ENGINE = "local engine"
+"""The note of a side that ran on the sweep's engines: no dollars, its engine- and GPU-seconds instead."""
 
 
 class Usage(BaseModel):
@@ -37,6 +72,7 @@ class Usage(BaseModel):
     agent_turns: int = 0
     user_completion_tokens: int = 0
     user_truncated_turns: int = 0  # user simulator replies cut (at user.sampling.max_tokens or its context's room)
+    cost: Cost | None = None  # None: a record from before shard version 2 (n/a)
 
 
 class EpisodeRecord(BaseModel):

@@ -13,9 +13,9 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from handoff.records import EpisodeRecord
+from handoff.records import Cost, EpisodeRecord
 from handoff.rules import (
     EpisodeScore,
     Label,
@@ -34,6 +34,7 @@ class ScoredEpisode(BaseModel):
     trial: int
     seed: int
     score: EpisodeScore
+    cost: Cost | None = Field(None, description="the record's usage.cost (None: a shard from before schema 2)")
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -100,7 +101,7 @@ class Scorer:
 
     def score(self, record: EpisodeRecord) -> ScoredEpisode:
         return ScoredEpisode(model=record.model, step=record.step, trial=record.trial, seed=record.seed,
-                             score=self.score_trajectory(trajectory_of(record)))
+                             score=self.score_trajectory(trajectory_of(record)), cost=record.usage.cost)
 
 
 SCORING_INFO_KEY = "handoff_scoring"

@@ -29,3 +29,19 @@ class UserSimulatorConfig(Strict):
     max_context_tokens: int = Field(8192, gt=0)
     llm: str | None = Field(None, description="litellm model name (kind=litellm)")
     llm_args: dict = Field(default_factory=dict, description="litellm arguments (kind=litellm)")
+
+
+class ApiModelSettings(Strict):
+    """An API model as the agent (`model=api`, handoff.agent.api_agent): a litellm model name and its
+    arguments (keys only from the environment: litellm reads OPENAI_API_KEY & co., or
+    `llm_args.api_key: ${oc.env:VAR}`), the episodes it runs at once, and the retry policy for
+    rate limits (429) and server errors (5xx): retried with exponential backoff, never the episode's."""
+
+    llm: str = Field(min_length=1, description="litellm model name, e.g. gpt-4.1 or hosted_vllm/<name>")
+    llm_args: dict = Field(default_factory=dict, description="litellm arguments (api_base, temperature, ...)")
+    concurrency: int = Field(8, ge=1, description="episodes of this model at once (the driver's cap)")
+    max_retries: int = Field(6, ge=0, description="retries of a 429/5xx/connection error, per request")
+    retry_backoff_s: float = Field(1.0, ge=0, description="first backoff; doubled per retry (capped at 60 s)")
+    parallel_tool_calls: bool | None = Field(
+        False, description="sent as parallel_tool_calls with the tools: False, as tau2's agent instruction "
+                           "allows one action per turn; None: not sent")

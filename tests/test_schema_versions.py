@@ -43,6 +43,17 @@ def test_every_golden_shard_reads(path):
     assert read_shard_header(path).get("schema_version", 1) == _version(path)
 
 
+@pytest.mark.parametrize("path", SHARDS, ids=lambda p: p.name)
+def test_cost_is_recorded_from_version_2_and_absent_before(path):
+    costs = [r.usage.cost for r in read_shard(path)]
+    if _version(path) < 2:  # no cost fields: n/a in every view, never a zero
+        assert costs == [None, None]
+        return
+    local, api = costs
+    assert (local.usd, local.gpu_s, local.agent_engine_s) == (0.0, 4.75, 3.5)  # a local engine: no dollars
+    assert api.agent_usd == 0.0123 and api.usd is None and "no price" in api.user_usd_note  # unknown: not made up
+
+
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_golden_manifest_reads(path, tmp_path):
     run = RunPaths(tmp_path)

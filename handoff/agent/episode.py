@@ -21,13 +21,14 @@ from tau2.utils.llm_utils import get_cost
 from tau2.utils.utils import get_now
 
 from handoff.agent.context import TokenContext
+from handoff.agent.cost import episode_cost, time_parts, user_completion_tokens
 from handoff.agent.finalize import Evaluate, finalize_simulation
-from handoff.agent.handoff_agent import AgentLog, HandoffAgent
+from handoff.agent.handoff_agent import AgentLog, HandoffAgent, PolicyAgent
 from handoff.agent.user import user_format_events, user_usage
 from handoff.engine.base import Engine, Sampling
 from handoff.records import EpisodeRecord, Usage
 from handoff.rules.events import FormatEvent
-from handoff.settings import EpisodeLimits
+from handoff.settings import ApiModelSettings, EpisodeLimits
 
 
 class EpisodeSettings(EpisodeLimits):
@@ -37,6 +38,8 @@ class EpisodeSettings(EpisodeLimits):
     agent_sampling: Sampling = Field(default_factory=lambda: Sampling(max_tokens=256))
     max_context_tokens: int = Field(8192, gt=0, description="the agent's prompt + completion limit")
     tool_parser: str = Field("hermes", description="vLLM tool parser name")
+    api: ApiModelSettings | None = Field(None, description="an API model as the agent (ApiAgent), no engine")
+    replica_gpus: int = Field(0, ge=0, description="GPUs of an engine replica: GPU-seconds = engine-seconds x this")
 
 
 class EpisodeResult(BaseModel):
@@ -50,7 +53,7 @@ class EpisodeResult(BaseModel):
     format_events: list[FormatEvent]
     usage: Usage
     user_format_events: list[FormatEvent] = Field(default_factory=list)
-    agent_tokens: TokenContext = Field(exclude=True)
+    agent_tokens: TokenContext | None = Field(exclude=True, description="None for an API agent")
     log: AgentLog
     domain: str
     seed: int
@@ -72,7 +75,13 @@ class EpisodeResult(BaseModel):
         )
 
 
-def make_agent(domain_env, engine: Engine, chat, settings: EpisodeSettings, session_id: str) -> HandoffAgent:
+def make_agent(domain_env, engine: Engine | None, chat, settings: EpisodeSettings, session_id: str) -> PolicyAgent:
+    """The engine agent (HandoffAgent), or the API agent where `settings.api` names a model."""
+    if settings.api is not None:
+        from handoff.agent.api_agent import ApiAgent
+
+        return ApiAgent(tools=domain_env.get_tools(), domain_policy=domain_env.get_policy(), settings=settings.api,
+                        sampling=settings.agent_sampling)
     return HandoffAgent(
         tools=domain_env.get_tools(),
         domain_policy=domain_env.get_policy(),
@@ -94,7 +103,7 @@ def agent_session(domain: str, task_id: str, seed: int) -> str:
 def run_episode(
     domain: str,
     task: Task,
-    agent_engine: Engine,
+    agent_engine: Engine | None,
     agent_chat,
     user: BaseUser,
     settings: EpisodeSettings,
@@ -103,7 +112,8 @@ def run_episode(
     environment=None,
 ) -> EpisodeResult:
     """Run, finalize and score one episode. `user` comes from handoff.agent.user.make_user;
-    `environment` defaults to a fresh tau2 environment of the domain."""
+    `environment` defaults to a fresh tau2 environment of the domain. An API agent (`settings.api`)
+    needs no engine nor chat (None)."""
     started = time.perf_counter()
     environment = environment or registry.get_env_constructor(domain)()
     session = agent_session(domain, task.id, seed)
@@ -118,20 +128,22 @@ def run_episode(
         max_errors=settings.max_errors,
         seed=seed,
     )
+    clock = time_parts(agent, user, environment)
     simulation, termination, detail = _run(orchestrator)
     simulation, events = finalize_simulation(simulation, task, domain, agent.log, evaluate, termination, detail)
     usage = Usage(
         prompt_tokens=agent.log.prompt_tokens,
         completion_tokens=agent.log.completion_tokens,
         agent_turns=agent.log.turns,
-        **user_usage(user),
+        **{**user_usage(user), "user_completion_tokens": user_completion_tokens(user, simulation.messages)},
+        cost=episode_cost(agent.log, user, simulation.messages, clock, settings.replica_gpus, settings.api is not None),
     )
     return EpisodeResult(
         simulation=simulation,
         format_events=events,
         user_format_events=user_format_events(user, simulation.messages),
         usage=usage,
-        agent_tokens=agent.context,
+        agent_tokens=getattr(agent, "context", None),
         log=agent.log,
         domain=domain,
         seed=seed,

@@ -10,6 +10,7 @@ removes the message. Model output never raises out of this class.
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,7 +27,7 @@ from tau2.environment.tool import Tool
 
 from handoff.agent.context import TokenContext, completion_text
 from handoff.agent.messages import to_chat_dicts
-from handoff.agent.parsing import ToolCallParser
+from handoff.agent.parsing import ToolCallParser, domain_tools, rejected_calls
 from handoff.engine.base import ContextOverflowError, Engine, Generation, PoisonRequestError, Sampling
 from handoff.rules.events import FormatKind
 
@@ -65,7 +66,11 @@ class AgentLog(BaseModel):
     stop: AgentStop | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
     turns: int = 0
+    request_s: float = 0.0  # time in the model's requests (an engine's: its engine-seconds)
+    cost_usd: float | None = 0.0  # an API model's price (litellm's cost map); None: unknown (cost_note says why)
+    cost_note: str | None = None
 
 
 class HandoffAgentState(BaseModel):
@@ -74,26 +79,15 @@ class HandoffAgentState(BaseModel):
     messages: list[Message]
 
 
-class HandoffAgent(LocalAgent[HandoffAgentState]):
-    """tau2 agent over an Engine and a ChatFormat (the model's tokenizer and chat template)."""
+class PolicyAgent(LocalAgent[HandoffAgentState]):
+    """What every agent of ours shares, whatever generates its turns: tau2's system prompt with the
+    domain policy, the tools, the format events and the internal stop. A subclass renders the new
+    messages (`_add`) and answers (`_respond`)."""
 
-    def __init__(
-        self,
-        tools: list[Tool],
-        domain_policy: str,
-        engine: Engine,
-        chat,
-        sampling: Sampling,
-        max_context_tokens: int,
-        tool_parser: str = "hermes",
-        session_id: str | None = None,
-    ):
+    def __init__(self, tools: list[Tool], domain_policy: str, sampling: Sampling):
         super().__init__(tools=tools, domain_policy=domain_policy)
-        self.engine, self.chat, self.sampling = engine, chat, sampling
-        self.max_context_tokens = max_context_tokens
-        self.session_id = session_id
-        self.parser = ToolCallParser(chat.tokenizer, tools, tool_parser)
-        self.context = TokenContext(chat, tools=[tool.openai_schema for tool in tools])
+        self.sampling = sampling
+        self.domain_tools = domain_tools(tools)
         self.log = AgentLog()
 
     @property
@@ -115,11 +109,7 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
     ) -> tuple[AssistantMessage, HandoffAgentState]:
         new = message.tool_messages if isinstance(message, MultiToolMessage) else [message]
         self._judge_tool_results(state.messages, new)
-        if not self.context.ids:
-            system = SystemMessage(role="system", content=self.system_prompt)
-            self.context.start(to_chat_dicts([system, *state.messages, *new]))
-        else:
-            self.context.add_messages(to_chat_dicts(new))
+        self._add(state.messages, new)
         state.messages.extend(new)
         reply = self._respond(sum(isinstance(m, AssistantMessage) for m in state.messages))
         state.messages.append(reply)
@@ -132,9 +122,51 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
             return
         index = sum(isinstance(m, AssistantMessage) for m in history) - 1
         results = [m for m in new if isinstance(m, ToolMessage)]
-        for name in self.parser.rejected_calls(last.tool_calls, results):
+        for name in rejected_calls(self.domain_tools, last.tool_calls, results):
             detail = f"{name}: the tool rejected the arguments"
             self.log.events.append(AgentEvent(kind=FormatKind.INVALID_ARGUMENTS, assistant_index=index, detail=detail))
+
+    def _add(self, history: list[Message], new: list[Message]) -> None:
+        """Take in the new user / tool messages (`history`: those before them)."""
+        raise NotImplementedError
+
+    def _respond(self, assistant_index: int) -> AssistantMessage:
+        raise NotImplementedError
+
+    def _stop(self, termination: Termination, kind: FormatKind | None, detail: str, index: int) -> AssistantMessage:
+        self.log.stop = AgentStop(termination=termination, kind=kind, detail=detail)
+        if kind is not None:
+            self.log.events.append(AgentEvent(kind=kind, assistant_index=index, detail=detail))
+        return AssistantMessage(role="assistant", content=INTERNAL_STOP, cost=0.0, raw_data={_STOP_KEY: termination})
+
+
+class HandoffAgent(PolicyAgent):
+    """tau2 agent over an Engine and a ChatFormat (the model's tokenizer and chat template)."""
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        domain_policy: str,
+        engine: Engine,
+        chat,
+        sampling: Sampling,
+        max_context_tokens: int,
+        tool_parser: str = "hermes",
+        session_id: str | None = None,
+    ):
+        super().__init__(tools=tools, domain_policy=domain_policy, sampling=sampling)
+        self.engine, self.chat = engine, chat
+        self.max_context_tokens = max_context_tokens
+        self.session_id = session_id
+        self.parser = ToolCallParser(chat.tokenizer, tools, tool_parser)
+        self.context = TokenContext(chat, tools=[tool.openai_schema for tool in tools])
+
+    def _add(self, history: list[Message], new: list[Message]) -> None:
+        if not self.context.ids:
+            system = SystemMessage(role="system", content=self.system_prompt)
+            self.context.start(to_chat_dicts([system, *history, *new]))
+        else:
+            self.context.add_messages(to_chat_dicts(new))
 
     def _respond(self, assistant_index: int) -> AssistantMessage:
         room = self.max_context_tokens - len(self.context.ids)
@@ -142,12 +174,14 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
             detail = f"prompt of {len(self.context.ids)} tokens, max context {self.max_context_tokens}"
             return self._stop("context_window_exceeded", None, detail, assistant_index)
         sampling = self.sampling.model_copy(update={"max_tokens": min(self.sampling.max_tokens, room)})
+        started = time.perf_counter()
         try:
             generation = self.engine.generate(list(self.context.ids), sampling, self.session_id)
         except ContextOverflowError as exc:  # the engine's window is smaller than max_context_tokens
             return self._stop("context_window_exceeded", None, str(exc), assistant_index)
         except PoisonRequestError as exc:  # the request kills its engine: the episode ends on it
             return self._stop("agent_error", None, str(exc), assistant_index)
+        self.log.request_s += time.perf_counter() - started
         self._account(generation)
         if generation.finish_reason == "abort":
             raise EngineAborted("the engine aborted the agent's request")
@@ -172,13 +206,8 @@ class HandoffAgent(LocalAgent[HandoffAgentState]):
         self.log.turns += 1
         self.log.prompt_tokens += len(self.context.ids)
         self.log.completion_tokens += len(generation.token_ids)
+        self.log.cached_prompt_tokens += generation.cached_prompt_tokens
         self.context.add_generation(generation.token_ids, generation.logprobs)
-
-    def _stop(self, termination: Termination, kind: FormatKind | None, detail: str, index: int) -> AssistantMessage:
-        self.log.stop = AgentStop(termination=termination, kind=kind, detail=detail)
-        if kind is not None:
-            self.log.events.append(AgentEvent(kind=kind, assistant_index=index, detail=detail))
-        return AssistantMessage(role="assistant", content=INTERNAL_STOP, cost=0.0, raw_data={_STOP_KEY: termination})
 
 
 def _usage(generation: Generation, context_len: int) -> dict:

@@ -54,9 +54,7 @@ class ToolCallParser:
 
     def __init__(self, tokenizer, tools: list[Tool], parser_name: str = "hermes"):
         self._parser = _parser_class(parser_name)(tokenizer)
-        self._tools = DomainTools(
-            domain="", names=frozenset(t.name for t in tools), write=frozenset(), params={t.name: t.params for t in tools}
-        )
+        self._tools = domain_tools(tools)
 
     def parse(self, text: str, call_id_prefix: str) -> ParsedTurn:
         """Parse one completion. Tool call ids are `<call_id_prefix>_<i>`: deterministic, so the
@@ -75,31 +73,59 @@ class ToolCallParser:
             turn.events.append((FormatKind.UNPARSED_TOOL_CALL, "tool-call markup outside the calls"))
         for index, call in enumerate(info.tool_calls):
             name, raw_arguments = call.function.name, call.function.arguments
-            arguments = _json_or_none(raw_arguments)
-            if _too_deep(arguments, MAX_ARGUMENT_DEPTH):
-                return _as_text(text, f"tool-call arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels")
-            if not all(map(_utf8, (name, raw_arguments, json.dumps(arguments, ensure_ascii=False)))):
-                return _as_text(text, "a lone surrogate in the tool call")
-            if not isinstance(arguments, dict):
-                turn.unusable = FormatKind.INVALID_ARGUMENTS
-                turn.unusable_detail = f"{name}: arguments are not a JSON object: {raw_arguments[:200]}"
+            arguments = json_or_none(raw_arguments)
+            why = undecodable(name, raw_arguments, arguments)
+            if why:
+                return _as_text(text, why)
+            if not add_call(turn, self._tools, f"{call_id_prefix}_{index}", name, arguments, raw_arguments):
                 return turn
-            turn.tool_calls.append(ToolCall(id=f"{call_id_prefix}_{index}", name=name, arguments=arguments))
-            if name not in self._tools.names:
-                turn.events.append((FormatKind.UNKNOWN_TOOL, f"no tool named {name!r}"))
         return turn
 
     def rejected_calls(self, calls: list[ToolCall], results: list[ToolMessage]) -> list[str]:
-        """Names of the calls that the tool answered with an error and whose arguments break its
-        signature (missing, unexpected or wrongly typed): invalid_arguments."""
-        by_id = {call.id: call for call in calls}
-        rejected = []
-        for result in results:
-            call = by_id.get(result.id)
-            known = result.error and call is not None and call.name in self._tools.names
-            if known and self._tools.rejects_arguments(Call(id=call.id, name=call.name, arguments=call.arguments)):
-                rejected.append(call.name)
-        return rejected
+        return rejected_calls(self._tools, calls, results)
+
+
+def domain_tools(tools: list[Tool]) -> DomainTools:
+    """The rules' view of the domain's tools (names and signatures)."""
+    return DomainTools(
+        domain="", names=frozenset(t.name for t in tools), write=frozenset(), params={t.name: t.params for t in tools}
+    )
+
+
+def undecodable(name: str, raw_arguments: str, arguments) -> str | None:
+    """Why a decoded call would break what comes after (None: it would not): arguments nested deeper
+    than MAX_ARGUMENT_DEPTH, a lone surrogate."""
+    if _too_deep(arguments, MAX_ARGUMENT_DEPTH):
+        return f"tool-call arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    if not all(map(_utf8, (name, raw_arguments, json.dumps(arguments, ensure_ascii=False)))):
+        return "a lone surrogate in the tool call"
+    return None
+
+
+def add_call(turn: ParsedTurn, tools: DomainTools, call_id: str, name: str, arguments, raw_arguments: str) -> bool:
+    """Add a decoded call to `turn`: False (the turn unusable) when its arguments are not a JSON
+    object; a call to a tool the domain lacks is made, with an unknown_tool event."""
+    if not isinstance(arguments, dict):
+        turn.unusable = FormatKind.INVALID_ARGUMENTS
+        turn.unusable_detail = f"{name}: arguments are not a JSON object: {raw_arguments[:200]}"
+        return False
+    turn.tool_calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+    if name not in tools.names:
+        turn.events.append((FormatKind.UNKNOWN_TOOL, f"no tool named {name!r}"))
+    return True
+
+
+def rejected_calls(tools: DomainTools, calls: list[ToolCall], results: list[ToolMessage]) -> list[str]:
+    """Names of the calls that the tool answered with an error and whose arguments break its
+    signature (missing, unexpected or wrongly typed): invalid_arguments."""
+    by_id = {call.id: call for call in calls}
+    rejected = []
+    for result in results:
+        call = by_id.get(result.id)
+        known = result.error and call is not None and call.name in tools.names
+        if known and tools.rejects_arguments(Call(id=call.id, name=call.name, arguments=call.arguments)):
+            rejected.append(call.name)
+    return rejected
 
 
 def has_tool_call_markup(text: str) -> bool:
@@ -135,7 +161,7 @@ def _too_deep(value, levels: int) -> bool:
     return levels == 0 or any(_too_deep(child, levels - 1) for child in children)
 
 
-def _json_or_none(raw: str):
+def json_or_none(raw: str):
     try:
         return json.loads(raw)
     except (TypeError, ValueError, RecursionError):

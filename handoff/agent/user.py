@@ -4,6 +4,7 @@ UserSimulator, unchanged). Configurable per sweep with a `UserSpec`."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -83,6 +84,9 @@ class EngineUserSimulator(UserSimulator):
         self.max_context_tokens = max_context_tokens
         self.session_id = session_id
         self.completion_tokens = 0
+        self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
+        self.request_s = 0.0  # engine-seconds: time of its requests on the engine
         self.truncated_turns = 0  # replies cut at max_tokens or the context's room (the episode goes on with them)
         self.parser = ToolCallParser(chat.tokenizer, tools) if tools else None
         self.schemas = [tool.openai_schema for tool in tools] if tools else None
@@ -102,13 +106,18 @@ class EngineUserSimulator(UserSimulator):
         if room <= 0:
             raise UserError(f"user simulator prompt of {len(prompt)} tokens exceeds {self.max_context_tokens}")
         sampling = self.sampling.model_copy(update={"max_tokens": min(self.sampling.max_tokens, room)})
+        started = time.perf_counter()
         try:
             generation = self.engine.generate(prompt, sampling, self.session_id)
         except (ContextOverflowError, PoisonRequestError) as exc:  # a request that kills its engine ends the episode
             raise UserError(f"user simulator: {exc}") from exc
+        finally:
+            self.request_s += time.perf_counter() - started
         if generation.finish_reason == "abort":  # before its text is read: neither a reply nor a user_error
             raise EngineAborted("the engine aborted the user simulator's request")
         self.completion_tokens += len(generation.token_ids)
+        self.prompt_tokens += len(prompt)
+        self.cached_prompt_tokens += generation.cached_prompt_tokens
         self.truncated_turns += generation.finish_reason == "length"
         text = completion_text(self.chat, generation.token_ids).strip()
         if not text:

@@ -92,6 +92,12 @@ class PoisonRequestError(RuntimeError):
     episode with an engine error (agent_error), the user simulator with user_error."""
 
 
+class ApiUnavailable(RuntimeError):
+    """An API model (handoff.agent.api_agent) kept answering with rate limits (429), server errors
+    (5xx) or no connection after its retries: the infrastructure's failure, which the sweep resubmits
+    without charging the episode an attempt (handoff.sweep.failures.classify)."""
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Synchronous engine interface used by the agent and the user simulator.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from handoff.report.cost import CostMetrics, cost_metrics
 from handoff.report.flips import Flip, find_flips, summary
 from handoff.report.reducer import reduce_run
 from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
@@ -31,6 +32,7 @@ class Side(BaseModel):
     domain: str | None = None
     wandb_runs: list[str] = []  # ENTITY/PROJECT/runs/ID of the side's (sweep, domain) W&B runs
     scoring: dict = {}  # handoff.scoring.Scorer.info: the reward weights and labels it was scored with
+    cost: CostMetrics | None = None  # the side's cost per episode and per success (handoff.report.cost)
 
     @property
     def label(self) -> str:
@@ -79,14 +81,14 @@ def side_scores(run_dir: str | Path, checkpoint: str | None, domain: str | None)
         checkpoint = names[0]
     if checkpoint not in names:
         raise RunDirError(f"{run_dir} has no checkpoint {checkpoint!r} (it has {', '.join(names)})")
-    scores = [e.score.model_copy(update={"trial": e.trial})  # the record's trial (a SimulationRun may lack it)
-              for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
+    mine = [e for e in episodes if e.model == checkpoint and domain in (None, e.score.domain)]
+    scores = [e.score.model_copy(update={"trial": e.trial}) for e in mine]  # the record's trial (a SimulationRun may lack it)
     if not scores:
         raise RunDirError(f"{run_dir}: checkpoint {checkpoint!r} has no episodes in domain {domain!r}")
     step = next(e.step for e in episodes if e.model == checkpoint)
     domains = [domain] if domain else sorted({e.score.domain for e in episodes if e.model == checkpoint})
     side = Side(run_dir=Path(run_dir), checkpoint=checkpoint, step=step, domain=domain,
-                wandb_runs=wandb_runs(RunDir(run_dir), domains), scoring=scorer.info)
+                wandb_runs=wandb_runs(RunDir(run_dir), domains), scoring=scorer.info, cost=cost_metrics(mine))
     return side, scores
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from handoff.records import CorruptShard, read_shard, read_shard_header, write_atomic
+from handoff.report.cost import CostMetrics, cost_metrics
 from handoff.rules.metrics import Interval, Metrics, compute_metrics
 from handoff.rundir import RunDir, RunDirError
 from handoff.scoring import ScoredEpisode, Scorer
@@ -44,6 +45,7 @@ class GroupMetrics(BaseModel):
     n_unreachable: int = 0
     tau2_reward_reachable: Interval | None = None
     tau2_success_reachable: Interval | None = None
+    cost: CostMetrics | None = None  # handoff.report.cost: per episode, per success (n/a before shard schema 2)
 
 
 class Reduction(BaseModel):
@@ -115,18 +117,22 @@ def _load_cached(cache: Path, key: dict, shard: Path, n: int) -> list[ScoredEpis
     return scored
 
 
+CACHE_FORMAT = 2
+"""2: a scored episode carries its cost; a cache without the key (format 1) is rescored once."""
+
+
 def cache_key(run: RunDir, shard: str) -> dict:
     """The key a reduced shard's cached scores were made under: the shard's checksum and the scorer."""
     with open(run.scores_path(shard)) as f:
         header = json.loads(f.readline())
-    return {"shard_sha256": header["shard_sha256"], "scorer": header["scorer"]}
+    return {"shard_sha256": header["shard_sha256"], "scorer": header["scorer"], "cache": header.get("cache")}
 
 
 def _score_shard(run: RunDir, shard: Path, scorer: Scorer) -> list[ScoredEpisode]:
     """Scores of one shard, from the cache when the shard and the scorer are unchanged: only the
     shard's header line is read then."""
     header = read_shard_header(shard)
-    key = {"shard_sha256": header["sha256"], "scorer": scorer.fingerprint}
+    key = {"shard_sha256": header["sha256"], "scorer": scorer.fingerprint, "cache": CACHE_FORMAT}
     cache = run.scores_path(shard.stem)
     cached = _load_cached(cache, key, shard, header["n"])
     if cached is not None:
@@ -185,7 +191,8 @@ def compute_groups(episodes: list[ScoredEpisode]) -> list[GroupMetrics]:
     groups = []
     for (model, step, domain, rule), eps in sorted(_slices(episodes).items()):
         groups.append(GroupMetrics(model=model, step=step, domain=domain, rule=rule, n_episodes=len(eps),
-                                   metrics=compute_metrics([e.score for e in eps])))
+                                   metrics=compute_metrics([e.score for e in eps]),
+                                   cost=cost_metrics(eps) if rule == ALL else None))
     return groups
 
 

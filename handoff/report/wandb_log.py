@@ -172,6 +172,21 @@ def reachable_values(g: GroupMetrics) -> dict[str, float]:
     return out
 
 
+def cost_values(g: GroupMetrics) -> dict[str, float]:
+    """The slice's cost (handoff.report.cost) as `cost/<unit>/<per>` with its interval; none where
+    n/a (a run before shard schema 2, a model litellm has no price for)."""
+    out: dict[str, float] = {}
+    if g.cost is None or g.cost.n_costed == 0:
+        return out
+    for unit in ("usd", "engine_s", "gpu_s"):
+        stat = getattr(g.cost, unit)
+        if stat.total is not None:
+            out[f"cost/{unit}/total"] = stat.total
+        for per in ("per_episode", "per_tau2_success", "per_correct_handoff"):
+            _put(out, f"cost/{unit}/{per}", getattr(stat, per))
+    return out
+
+
 def _planned(run: RunDir, reduction: Reduction) -> tuple[list[tuple[str, int]], dict[tuple[str, str], set[str]]]:
     """The checkpoints in step order, and the shard ids planned per (checkpoint, domain); a run
     without a recorded plan (synthetic runs) has what its shards hold."""
@@ -205,6 +220,7 @@ def final_rows(run: RunDir, reduction: Reduction, domain: str) -> tuple[list[Row
             return rows, [(c, name) for c, _ in ckpts[i + 1:] if c in groups]
         rows.append(Row(checkpoint=name, step=step, values={**metric_values(groups[name].metrics),
                                                             **reachable_values(groups[name]),
+                                                            **cost_values(groups[name]),
                                                             STEP_METRIC: float(step)}))
     return rows, []
 

@@ -26,7 +26,7 @@ from handoff.engine.factory import engine_kind
 from handoff.engine.vllm_engine import VLLMOptions
 from handoff.errors import ConfigError
 from handoff.rules.score import RewardWeights
-from handoff.settings import EpisodeLimits, Strict, UserSimulatorConfig
+from handoff.settings import ApiModelSettings, EpisodeLimits, Strict, UserSimulatorConfig
 
 # Keys that say where and how fast a sweep runs, not what it computes: they may change on resume.
 EXECUTION_KEYS = (
@@ -54,12 +54,18 @@ class ModelConfig(Strict):
     tool_parser: str = "hermes"
     max_model_len: int = Field(8192, gt=0)
     sampling: Sampling = Field(default_factory=Sampling)
+    llm: str | None = None  # an API model as the agent (conf/model/api.yaml): no engine, no path
+    llm_args: dict = Field(default_factory=dict)
+    concurrency: int = Field(8, ge=1)
+    max_retries: int = Field(6, ge=0)
+    retry_backoff_s: float = Field(1.0, ge=0)
+    parallel_tool_calls: bool | None = False
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("path", "paths", "glob") if getattr(self, k) is not None]
+        given = [k for k in ("path", "paths", "glob", "llm") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, paths, glob (got {given or 'none'})")
+            raise ValueError(f"give exactly one of path, paths, glob, llm (got {given or 'none'})")
         if self.sampling.max_tokens >= self.max_model_len:
             raise ValueError(f"sampling.max_tokens ({self.sampling.max_tokens}) leaves no room for a prompt "
                              f"in max_model_len ({self.max_model_len})")
@@ -77,6 +83,16 @@ class Checkpoint(Strict):
     tool_parser: str
     max_model_len: int
     sampling: Sampling
+    api: ApiModelSettings | None = Field(None, exclude_if=lambda v: v is None,
+                                         description="an API model (no engine); left out of a local one's record")
+
+
+API_PATH = "litellm:"
+"""An API checkpoint's `path`: `litellm:<model>` (no directory; nothing reads it)."""
+
+
+def api_settings(m: ModelConfig) -> ApiModelSettings | None:
+    return None if m.llm is None else ApiModelSettings(**m.model_dump(include=set(ApiModelSettings.model_fields)))
 
 
 class DomainConfig(Strict):
@@ -453,6 +469,20 @@ def _script_problems(cfg: SweepConfig) -> list[str]:
     return kind.script_problems(cfg.engine.script, {c.name for c in checkpoints(cfg)}) if kind.reads_script else []
 
 
+def _api_key_problems(cfg: SweepConfig) -> list[str]:
+    """API models whose key litellm would not find in the environment (litellm.validate_environment),
+    unless llm_args pass one (`api_key: ${oc.env:VAR}`) or an api_base that may need none."""
+    models = {key: m for key, m in cfg.model.items() if m.llm is not None
+              and not {"api_key", "api_base"} & set(m.llm_args)}
+    if not models:
+        return []
+    from litellm import validate_environment
+
+    missing = {key: validate_environment(m.llm)["missing_keys"] for key, m in models.items()}
+    return [f"model.{key}.llm: {models[key].llm} needs {', '.join(keys)} in the environment (litellm reads it; or "
+            f"model.{key}.llm_args.api_key='${{oc.env:VAR}}')" for key, keys in missing.items() if keys]
+
+
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
     """The composed config as a SweepConfig, or ConfigError naming each bad key."""
     try:
@@ -463,7 +493,7 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> SweepConfig:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError.from_validation("sweep config", exc) from None
-    errors = (_check_paths(sweep) if check_paths else []) + _script_problems(sweep)
+    errors = (_check_paths(sweep) if check_paths else []) + _script_problems(sweep) + _api_key_problems(sweep)
     if errors:
         raise ConfigError.of("sweep config", errors)
     return sweep
@@ -485,6 +515,9 @@ def checkpoints(cfg: SweepConfig) -> list[Checkpoint]:
     out: list[Checkpoint] = []
     for key, m in cfg.model.items():
         common = m.model_dump(include={"tokenizer", "chat_template", "tool_parser", "max_model_len", "sampling"})
+        if m.llm is not None:
+            out.append(Checkpoint(name=m.name, path=f"{API_PATH}{m.llm}", step=m.step, api=api_settings(m), **common))
+            continue
         if m.path is not None:
             out.append(Checkpoint(name=m.name, path=m.path, step=m.step, **common))
             continue

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
 from handoff.sweep import clock
+from handoff.sweep.api_schedule import ApiPlacement
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
@@ -128,6 +129,8 @@ def check_resources(cfg: SweepConfig, engine_sets: int, cpus: float, gpus: float
     node (`node_gpus`, `node_cpus`: the most any node has). Workers Ray cannot place would wait for
     CPUs that never come."""
     e = cfg.engine
+    if not engine_sets:  # API models with an API user simulator: nothing to place but the workers
+        node_gpus = node_cpus = None
     if node_gpus is not None and e.num_gpus > node_gpus:
         raise ConfigError(f"engine.tensor_parallel_size: a replica needs {e.num_gpus} GPUs on one node, and no node "
                           f"of the cluster has more than {node_gpus:g} (tensor parallelism does not span nodes here)")
@@ -153,7 +156,10 @@ class Driver:
         self.cfg, self.run = cfg, run
         self.log_dir = log_dir(run.root, cfg.verbose)  # actors' logs (None: on the terminal)
         # the engines: which replicas run, for which checkpoint and role (Ray actors unless a test's placement)
-        self.pool = EnginePool(cfg, ckpts, user_checkpoint(cfg), placement or RayPlacement(cfg, self.log_dir))
+        # an API model's checkpoint runs on the workers alone (api_schedule): the pool never sees it
+        self.api_ckpts = [c for c in ckpts if c.api is not None]
+        self.pool = EnginePool(cfg, [c for c in ckpts if c.api is None], user_checkpoint(cfg),
+                               placement or RayPlacement(cfg, self.log_dir))
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
         self.states = {s.id: ShardState(s, {}) for s in shards}
         self.total = sum(len(s.episodes) for s in shards)
@@ -293,6 +299,9 @@ class Driver:
                 pending = [st for st in pending if not st.failed]
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ref, bar)
+            elif pending and self.api_ckpts:  # sequential: the API checkpoints first, then each engine's
+                self._dispatch(ApiPlacement(self.api_ckpts, self._queues(pending, self.api_ckpts)), user_ref, bar,
+                               pending)
             for ck in self.pool.ckpts if self.cfg.schedule == "sequential" else []:
                 mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
@@ -309,7 +318,7 @@ class Driver:
 
     def _episodes_per_checkpoint(self) -> dict[str, tuple[int, int]]:
         """Checkpoint name -> (episodes recorded already, episodes in all)."""
-        out = {ck.name: (0, 0) for ck in self.pool.ckpts}
+        out = {ck.name: (0, 0) for ck in self.pool.ckpts + self.api_ckpts}
         for st in self.states.values():
             done, total = out.get(st.shard.model, (0, 0))
             recorded = len(st.shard.episodes) if st.shard.id not in self.todo else len(st.records)
@@ -353,16 +362,25 @@ class Driver:
 
     def _run_rolling(self, pending: list[ShardState], user_ref: EngineRef | None, bar) -> None:
         """Every checkpoint at once on engine slots that move on as work runs out (schedule.Rolling)."""
-        queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in self.pool.ckpts}
-        queues = {name: q for name, q in queues.items() if q}
+        queues = self._queues(pending, self.pool.ckpts)
         pinned = {ck.name: EngineRef(ck, user_ref.replicas) for ck in self.pool.ckpts
                   if ck.name in queues and self.pool.shares_user_engine(ck)}
         cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
-        placement = Rolling(self, self.pool.ckpts, queues, cap, pinned)
+        engines = Rolling(self, self.pool.ckpts, queues, cap, pinned) if queues else None
+        api = self._queues(pending, self.api_ckpts)
+        placement = ApiPlacement(self.api_ckpts, api, engines) if api else engines
+        if placement is None:
+            return
         try:
             self._dispatch(placement, user_ref, bar, pending)
         finally:
             placement.stop()
+
+    @staticmethod
+    def _queues(pending: list[ShardState], ckpts: list[Checkpoint]) -> dict[str, deque]:
+        """Each of `ckpts`' queued episodes (those with none left out)."""
+        queues = {ck.name: _queue([st for st in pending if st.shard.model == ck.name]) for ck in ckpts}
+        return {name: q for name, q in queues.items() if q}
 
     def _run_shards(self, states: list[ShardState], agent: EngineRef, user: EngineRef | None, bar) -> None:
         self._dispatch(Fixed(_queue(states), agent), user, bar, states)

@@ -21,6 +21,7 @@ from enum import Enum
 
 from pydantic import BaseModel, Field
 
+from handoff.engine.base import ApiUnavailable
 from handoff.sweep.engines import EngineUnavailableError, Place
 
 
@@ -60,8 +61,9 @@ def classify(exc: BaseException) -> Fault:
     """The fault an episode's exception says (from the driver's ray.get of the episode)."""
     import ray.exceptions as rx
 
-    if isinstance(exc, EngineUnavailableError) or isinstance(getattr(exc, "cause", None), EngineUnavailableError):
-        return Fault.INFRASTRUCTURE  # an engine dead for good, or down past engine.load_timeout_s
+    infrastructure = (EngineUnavailableError, ApiUnavailable)
+    if isinstance(exc, infrastructure) or isinstance(getattr(exc, "cause", None), infrastructure):
+        return Fault.INFRASTRUCTURE  # an engine dead for good or down past engine.load_timeout_s; an API's 429/5xx
     lost = (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError)
     died = isinstance(exc, lost) or (isinstance(exc, rx.RayActorError) and not exc.actor_init_failed)
     if isinstance(exc, rx.RayTaskError):  # raised inside the episode: by it, or by an engine actor lost under it

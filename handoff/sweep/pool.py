@@ -60,8 +60,10 @@ class EnginePool:
         return self.user is not None and engine_kind(e).shares_user_engine(e) and one_engine(ck, self.user, e)
 
     def engine_sets(self) -> int:
-        """Engine sets alive at once: the current checkpoint's, plus the user's unless shared."""
-        return 1 if self.user is None or all(self.shares_user_engine(c) for c in self.ckpts) else 2
+        """Engine sets alive at once: the current checkpoint's, plus the user's unless shared (`ckpts`
+        holds the checkpoints with engines: an API model's has none, and a sweep of them alone none)."""
+        own = any(not self.shares_user_engine(c) for c in self.ckpts)
+        return int(own) + int(self.user is not None)
 
     def engine_cpus(self) -> float:
         return self.engine_sets() * self.cfg.engine.replicas * self.cfg.engine.replica_cpus

@@ -70,7 +70,7 @@ def on_cluster(sweep: SweepConfig, ckpts: list[Checkpoint], local: bool) -> dict
 
     e = sweep.engine
     checks = [(ck.path, ck.tokenizer) for ck in ckpts]
-    if not engine_kind(e).loads_weights or (local and not any(is_verl_actor(path) for path, _ in checks)):
+    if not checks or not engine_kind(e).loads_weights or (local and not any(is_verl_actor(p) for p, _ in checks)):
         return {}  # the driver's own checks covered it all
     task = ray.remote(node_check).options(num_cpus=0, scheduling_strategy=_node_for(e.device), max_retries=0)
     ref = task.remote(checks, None if local else e.device, sweep.cluster.merged_dir, e.load_timeout_s)

@@ -282,7 +282,8 @@ def _execute(prepared: Prepared, progress: bool, shards: list[Shard] | None = No
         return driver.summary()
     if not cluster.address:  # an embedded cluster: its size is known before it starts
         check_resources(prepared.sweep, driver.pool.engine_sets(), *local_resources(cluster))
-    preflight.before_ray(prepared.sweep, local)
+    if driver.pool.engine_sets():  # API models with an API user simulator load no engine: no vLLM build needed
+        preflight.before_ray(prepared.sweep, local)
     with ray_cluster(cluster, prepared.sweep.verbose):
         serve_merged(driver, prepared.sweep, local)
         return driver.execute()
@@ -338,6 +339,7 @@ def finish(prepared: Prepared, summary: Summary) -> dict:
              f"in {summary.wall_s:.0f}s, {len(summary.shards_failed)} failed shard(s)",
              f"  results: {prepared.run.shards_dir}"]
     lines += [f"  {name}: {path}" for name, path in paths.items() if not name.startswith("plot_")]
+    lines += _cost_line(prepared)
     if summary.shards_failed:
         lines.append(f"  failed shards: {prepared.run.failed_dir} (rerun them: make resume RUN={prepared.run.root})")
     print("\n".join(lines), flush=True)
@@ -349,6 +351,17 @@ def _headline(paths: dict, run_dir: Path) -> list[str]:
     from handoff.report.text import run_headline
 
     return [run_headline(run_dir), ""] if "metrics" in paths else []
+
+
+def _cost_line(prepared: Prepared) -> list[str]:
+    """The sweep's total cost per checkpoint (handoff.report.cost), once the run is reduced."""
+    from handoff.report.cost import total_line
+    from handoff.report.reducer import Reduction
+
+    try:
+        return [f"  {total_line(Reduction.load(prepared.run.root))}"]
+    except (OSError, ValueError):  # no reduction (the report failed): the paths above say so
+        return []
 
 
 __all__ = ["ConfigError", "Prepared", "ResumeRefused", "compose", "finish", "prepare", "run_and_finish", "run_sweep"]

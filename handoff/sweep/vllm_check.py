@@ -22,7 +22,7 @@ from handoff.sweep.config import Checkpoint, EngineConfig, SweepConfig
 def targets(sweep: SweepConfig) -> list[tuple[str, Checkpoint]]:
     """(config key, checkpoint) of every checkpoint directory the driver sees that an engine loads."""
     out = []
-    models = [(f"model.{key}", m) for key, m in sweep.model.items()]
+    models = [(f"model.{key}", m) for key, m in sweep.model.items() if m.llm is None]  # an API model loads nothing
     if sweep.user.kind == "engine":
         models.append(("user.model", sweep.user.model))
     for key, m in models:

@@ -106,8 +106,10 @@ class EpisodeWorker:
         # one session per attempt, as the agent's: a retried episode's turns are counted (and routed) afresh
         session = f"user/{ep.model}/{ep.domain}/{ep.task_id}/{ep.trial}/{uuid.uuid4().hex[:8]}"
         user_sim = self._user(spec, task, user, session_id=session, model=ep.model, domain=ep.domain)
-        result = run_episode(ep.domain, task, self._client(agent, ep.model), self.chat(agent.checkpoint), user_sim,
-                             self._settings(agent.checkpoint), ep.seed, **self._evaluation(ep.domain))
+        api = agent.checkpoint.api is not None  # an API model: no engine, no tokenizer
+        engine, chat = (None, None) if api else (self._client(agent, ep.model), self.chat(agent.checkpoint))
+        result = run_episode(ep.domain, task, engine, chat, user_sim, self._settings(agent.checkpoint), ep.seed,
+                             **self._evaluation(ep.domain))
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
     def _client(self, ref: EngineRef, model: str) -> RayEngineClient:
@@ -134,7 +136,8 @@ class EpisodeWorker:
         from handoff.agent.episode import EpisodeSettings
 
         return EpisodeSettings(**self.cfg.episode.model_dump(), agent_sampling=ck.sampling,
-                               max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser)
+                               max_context_tokens=ck.max_model_len, tool_parser=ck.tool_parser, api=ck.api,
+                               replica_gpus=self.cfg.engine.num_gpus)
 
     def _evaluation(self, domain: str) -> dict:
         """handoff.fasteval's evaluator and environment (bit-identical rewards), unless disabled."""

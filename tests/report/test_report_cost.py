@@ -1,0 +1,96 @@
+"""Cost in the reduction (handoff.report.cost): per checkpoint and domain, mean cost per episode and
+cost per tau2 success / per correct hand-off decision with intervals; dollars null with the reason
+where a price is unknown; a run from before shard schema 2 reduces with every cost n/a."""
+
+from __future__ import annotations
+
+import pytest
+
+import handoff  # noqa: F401
+from handoff.records import LOCAL_ENGINE, Cost
+from handoff.report.cost import NO_COST, mean_interval, ratio_interval
+from handoff.report.reducer import reduce_run
+from handoff.testing.synthetic import Behavior, episode, write_records
+
+TASKS = [("airline", "0"), ("airline", "1"), ("airline", "2"), ("airline", "3")]
+
+
+def records(model: str, cost: Cost | None, success: float = 1.0):
+    out = []
+    for i, (domain, task) in enumerate(TASKS):
+        r = episode(model, 0, domain, task, 0, Behavior(success=success, violation=0.0, format_error=0.0))
+        c = cost and cost.model_copy(update={"agent_usd": None if cost.agent_usd is None else cost.agent_usd * (i + 1)})
+        out.append(r.model_copy(update={"usage": r.usage.model_copy(update={"cost": c})}))
+    return out
+
+
+API = Cost(agent_usd=0.01, user_usd=0.0, agent_s=2.0, user_s=1.0, tool_s=0.1)
+LOCAL = Cost(agent_usd_note=LOCAL_ENGINE, user_usd_note=LOCAL_ENGINE, agent_engine_s=3.0, gpu_s=6.0, agent_s=3.0)
+UNPRICED = Cost(agent_usd=None, agent_usd_note="litellm has no price for tiny-hermes", user_usd=0.0)
+
+
+def test_cost_per_episode_and_per_success_per_checkpoint(tmp_path):
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL),
+                                           "c-0": records("unpriced", UNPRICED), "d-0": records("old", None)}, "c")
+    reduction = reduce_run(run)
+    api = reduction.group("api", "airline").cost
+    assert api.usd.total == pytest.approx(0.10) and api.usd.per_episode.value == pytest.approx(0.025)
+    assert api.usd.per_episode.lo < 0.025 < api.usd.per_episode.hi  # an interval, not a point
+    k = api.usd.per_tau2_success.k
+    assert k == reduction.group("api", "airline").metrics.tau2_success.k and k > 0
+    assert api.usd.per_tau2_success.value == pytest.approx(0.10 / k)  # total cost over the successes
+    assert api.mean_wall_s == {"agent": 2.0, "user": 1.0, "tool": 0.1} and api.engine_s.total == 0
+    local = reduction.group("local").cost  # all domains
+    assert local.usd.total == 0 and local.gpu_s.per_episode.value == 6.0 and local.engine_s.total == 12.0
+    unpriced = reduction.group("unpriced", "airline").cost.usd
+    assert unpriced.total is None and unpriced.per_episode.value is None and "no price" in unpriced.note
+    old = reduction.group("old", "airline").cost
+    assert old.n_costed == 0 and old.usd.note == NO_COST and old.gpu_s.per_tau2_success.value is None
+
+
+def test_no_success_leaves_cost_per_success_undefined():
+    assert ratio_interval([1.0, 2.0], [False, False]).value is None
+    assert ratio_interval([1.0, 3.0], [True, False]).value == 4.0
+
+
+def test_a_constant_cost_has_a_zero_width_interval():
+    interval = mean_interval([2.0, 2.0, 2.0])
+    assert (interval.value, interval.lo, interval.hi) == (2.0, 2.0, 2.0)
+
+
+def test_compare_json_carries_each_sides_cost_api_model_against_checkpoint(tmp_path, capsys):
+    import json
+
+    from handoff.cli import main
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL)}, "c")
+    assert main(["compare", str(run), "--a", "api", "--b", "local", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["result"]["n_tasks"] == len(TASKS)  # paired on the tasks both ran
+    a, b = out["side_a"]["cost"], out["side_b"]["cost"]
+    assert a["usd"]["total"] == pytest.approx(0.10) and a["usd"]["per_tau2_success"]["lo"] is not None
+    assert b["usd"]["total"] == 0 and b["gpu_s"]["per_episode"]["value"] == 6.0
+
+
+def test_the_summary_states_each_checkpoints_total(tmp_path):
+    from handoff.report.cost import total_line
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL),
+                                           "d-0": records("old", None)}, "c")
+    line = total_line(reduce_run(run))
+    assert "api $0.1000, 0.0 engine-s, 0.0 GPU-s" in line and "local $0.0000, 12.0 engine-s, 24.0 GPU-s" in line
+    assert "old n/a" in line
+
+
+def test_wandb_rows_carry_cost_with_intervals_and_leave_out_what_is_na(tmp_path):
+    from handoff.report.wandb_log import cost_values
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "c-0": records("unpriced", UNPRICED),
+                                           "d-0": records("old", None)}, "c")
+    reduction = reduce_run(run)
+    api = cost_values(reduction.group("api", "airline"))
+    assert api["cost/usd/total"] == pytest.approx(0.10) and api["cost/usd/per_episode"] == pytest.approx(0.025)
+    assert "ci95/cost/usd/per_tau2_success/lo" in api and "cost/gpu_s/per_episode" in api
+    unpriced = cost_values(reduction.group("unpriced", "airline"))
+    assert "cost/usd/total" not in unpriced and unpriced["cost/engine_s/total"] == 0  # n/a is left out, not 0
+    assert cost_values(reduction.group("old", "airline")) == {}
