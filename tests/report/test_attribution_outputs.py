@@ -46,7 +46,7 @@ def test_the_transcript_marks_the_request_and_the_offer_and_the_index_has_the_in
     ep = Scorer().score(record)
     html = transcript_html(record, ep)
     # task 0: the agent offers a supervisor (message 13), the user accepts (message 14)
-    assert "<div class='msg assistant' id='m13'" in html and "<div class='msg user' id='m14'" in html
+    assert "<div class='msg assistant' id='m13'" in html and "<div class='msg user by-user' id='m14'" in html
     offer_at, request_at = html.index("data-kind='offer'"), html.index("data-kind='request'")
     assert html.index("id='m13'") < offer_at < html.index("id='m14'") < request_at < html.index("id='m15'")
     assert "initiator <code>agent_offer</code>" in html

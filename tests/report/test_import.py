@@ -358,7 +358,7 @@ def test_a_file_losing_more_than_a_small_share_is_warned_about_loudly_and_in_the
     report = (tmp_path / "run" / "report" / "report.md").read_text()
     assert "**Warning: r (retail): 2 of 3 simulations in the metrics" in report
     headline = report.split("## Headline metrics")[1].split("\n## ")[0]
-    assert headline.count(" of 3, 1 left out") == 2  # the retail row and the all-domains row
+    assert headline.count(" of 3, 1 left out") == 1  # the retail row (a one-domain run has no `all` row)
 
     sims = sim_dicts()
     right = next(i for i, s in enumerate(simulations()) if s.reward_info.reward == 1.0)
@@ -421,7 +421,7 @@ def test_a_policy_variant_is_refused_with_its_reason_and_kept_when_asked(tmp_pat
         "retail", "retail_tighter_policy", True, True)
     data["info"]["environment_info"]["domain_name"] = "banking"
     code, _, err = cli(capsys, "import", write(tmp_path / "b.json", data), "--run-dir", tmp_path / "run2")
-    assert code == 2 and "'banking' is none of the pinned tau2's (airline, retail)" in err
+    assert code == 2 and "'banking' is none of the pinned tau2's (airline, retail, telecom)" in err
 
 
 @pytest.mark.parametrize("case", ["checkpoint twice", "simulation twice", "domain contradicted"])
@@ -448,7 +448,7 @@ def test_an_import_ends_with_the_headline_then_the_paths(tmp_path, capsys):
     assert code == 0
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:4] == ["checkpoint", "step", "domain", "episodes"])
-    assert lines[header + 1].split()[:4] == ["agent-x", "0", "retail", "3"]
+    assert lines[header + 1].split()[:4] == ["a", "0", "retail", "3"]  # named by its file
     assert "against the task label" in out and "substantive" in out
     assert header < next(i for i, line in enumerate(lines) if line.startswith("  report_txt: "))
     assert "](" not in out

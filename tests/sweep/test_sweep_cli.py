@@ -41,7 +41,7 @@ def test_help_lists_groups_options_and_exit_statuses():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("handoff sweep [OVERRIDES...]"), out[:200]
-    for line in ("engine: cpu, gpu, scripted", "model: checkpoints, smollm2, tiny_hermes", "Exit status: 0",
+    for line in ("engine: cpu, gpu, scripted", "model: api, checkpoints, smollm2, tiny_hermes", "Exit status: 0",
                  "run_dir=runs/s${seed}", "resume=RUN_DIR", "max_attempts: 3"):
         assert line in out, line
     assert "powered by Hydra" not in out
@@ -68,9 +68,9 @@ def test_shell_completion_through_handoff():
     ("handoff sweep", "trails=3", "trails: no such key (did you mean 'trials'?); add a new key with +trails=..."),
     ("handoff sweep", "workers.thread=2", "workers.thread: no such key under workers (did you mean 'threads'?)"),
     ("python -m handoff.sweep", "model=[no_such_model]",
-     "model: no option 'no_such_model'; the options: checkpoints, smollm2, tiny_hermes (conf/model/)"),
+     "model: no option 'no_such_model'; the options: api, checkpoints, smollm2, tiny_hermes (conf/model/)"),
     ("handoff sweep", "domain=[airline,retial]",
-     "domain: no option 'retial' (did you mean 'retail'?); the options: airline, retail (conf/domain/)"),
+     "domain: no option 'retial' (did you mean 'retail'?); the options: airline, retail, telecom (conf/domain/)"),
     ("handoff sweep", "schedule=rolings", "schedule: Input should be 'sequential' or 'rolling' (did you mean 'rolling'?)"),
     ("handoff sweep", "trials=[", "no viable alternative at input '['"),
     ("python -m handoff.sweep", "tasks.kinds=[bogus]", "tasks.kinds: Value error, unknown task kind(s) bogus"),
