@@ -21,7 +21,7 @@ def layers(root: Path) -> list[str]:
 def layer_of(module: str, order: list[str]) -> int | None:
     """The index of a module's layer: a package (`handoff/rules/`) or one file (`handoff/records.py`;
     `handoff/__init__.py` is the package module `handoff` alone); of the entries that hold it, the most
-    specific (`handoff/tasks/build/` holds handoff.tasks.build.derive, `handoff/tasks/` the rest of handoff.tasks)."""
+    specific (`handoff/tasks/authoring/` holds handoff.tasks.authoring.derive, `handoff/tasks/` the rest of handoff.tasks)."""
     found = None
     for i, entry in enumerate(order):
         name = entry.rstrip("/").removesuffix(".py").replace("/", ".").removesuffix(".__init__")
@@ -122,7 +122,7 @@ def test_an_upward_or_circular_import_inside_a_function_is_found(tmp_path):
 
 
 def test_a_layer_inside_a_package_is_its_own(tmp_path):
-    """A sub-package listed above its package (handoff/tasks/build/ above handoff/tasks/) is a layer of its own:
+    """A sub-package listed above its package (handoff/tasks/authoring/ above handoff/tasks/) is a layer of its own:
     the package importing it goes up, it importing the package goes down."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "architecture.md").write_text(

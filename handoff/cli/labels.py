@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from handoff.cli import UsageError
-    from handoff.tasks.build.manifests import build, check, review, set_override
+    from handoff.tasks.authoring.manifests import build, check, review, set_override
     from handoff.tasks.labels import ManifestError
 
     try:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _golds(root: Path | None) -> int:
-    from handoff.tasks.build import gold_policy, manifests
+    from handoff.tasks.authoring import gold_policy, manifests
     from handoff.tasks.upstream import DOMAINS, has_gold_transfer, upstream_tasks
 
     for domain in DOMAINS:

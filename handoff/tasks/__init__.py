@@ -1,7 +1,7 @@
 """Task sets, the read side: tau2's airline/retail tasks plus the derived explicit_request, out_of_scope
 and hard_negative tasks committed under data/tasks, their splits and the hashes a sweep records
 (docs/tasks.md). This is what sweep workers import; labels are in handoff.tasks.labels. Building and
-checking the committed files is handoff.tasks.build's (`handoff labels`), which this side never imports.
+checking the committed files is handoff.tasks.authoring's (`handoff labels`), which this side never imports.
 
 Returned Task objects are cached and shared: treat them as read-only (copy before changing one).
 """

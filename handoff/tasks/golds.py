@@ -1,6 +1,6 @@
 """The hand-check of the upstream golds that the gold checker flags (data/policy/gold_resolutions.yaml),
 as the reducer reads it: which golds no policy-following agent can reach. The checker itself, which
-keeps the file true, is handoff.tasks.build.gold_policy (docs/tasks.md, "Golds against the policy")."""
+keeps the file true, is handoff.tasks.authoring.gold_policy (docs/tasks.md, "Golds against the policy")."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Derived task id: "<kind>-<parent id>-<template>", e.g. "explicit_request-12-insist". A parent is used
 at most once per kind, so the id is unique; the task inherits its parent's train/test split. What each
-kind is and how it is built: handoff.tasks.build.kinds, one module per kind.
+kind is and how it is built: handoff.tasks.authoring.kinds, one module per kind.
 """
 
 from __future__ import annotations

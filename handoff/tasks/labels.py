@@ -1,7 +1,7 @@
 """Labels: should a correct agent hand off to a human on a task (handoff.rules.label.Label)?
 
 `handoff labels build` writes every task's label, hand-checked overrides applied, to
-data/manifests/labels_v1.json (handoff.tasks.build.labelling: the rule of each task follows from its
+data/manifests/labels_v1.json (handoff.tasks.authoring.labelling: the rule of each task follows from its
 kind, docs/tasks.md); load_labels reads that file.
 """
 

@@ -1,4 +1,4 @@
-"""The gold checker (handoff.tasks.build.gold_policy): every clause of data/policy/clauses.yaml with an action that
+"""The gold checker (handoff.tasks.authoring.gold_policy): every clause of data/policy/clauses.yaml with an action that
 breaks it and one that does not, on the pinned tau2 database; the clause file against policy.md; the
 hand-check record against the checker and the overrides; nothing flagged and unhandled on the checkout."""
 
@@ -12,10 +12,10 @@ from tau2.data_model.tasks import Action
 
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.tasks import DOMAINS, get_task, load_tasks, parse_derived_id, paths
-from handoff.tasks.build import gold_policy as gp
-from handoff.tasks.build.kinds.hard_negative import hard_negative_candidates
-from handoff.tasks.build.labelling import read_overrides
-from handoff.tasks.build.manifests import derived_tasks, gold_problems
+from handoff.tasks.authoring import gold_policy as gp
+from handoff.tasks.authoring.kinds.hard_negative import hard_negative_candidates
+from handoff.tasks.authoring.labelling import read_overrides
+from handoff.tasks.authoring.manifests import derived_tasks, gold_problems
 from handoff.tasks.labels import load_labels
 from handoff.tasks.upstream import upstream_tasks
 
@@ -308,7 +308,7 @@ def test_an_override_reason_must_cite_the_clause(derived, repo_copy):
 
 
 def test_the_build_refuses_and_the_check_reports_an_unhandled_gold(derived, repo_copy, monkeypatch):
-    from handoff.tasks.build import manifests
+    from handoff.tasks.authoring import manifests
     from handoff.tasks.labels import ManifestError
 
     monkeypatch.setattr(manifests, "derived_tasks", lambda: derived)
@@ -337,7 +337,7 @@ def test_overrides_reference_known_tasks():
 
 def test_labels_golds_lists_the_hand_check_and_fails_on_anything_unhandled(derived, monkeypatch, capsys):
     from handoff.cli import main as cli_main
-    from handoff.tasks.build import manifests
+    from handoff.tasks.authoring import manifests
 
     monkeypatch.setattr(manifests, "derived_tasks", lambda: derived)
     assert cli_main(["labels", "golds"]) == 0

@@ -8,7 +8,7 @@ import pytest
 
 from handoff.cli import main as cli_main
 from handoff.tasks import load_tasks, manifest_hashes, paths
-from handoff.tasks.build.manifests import check
+from handoff.tasks.authoring.manifests import check
 from handoff.tasks.labels import load_labels
 
 ROOT = paths.REPO_ROOT

@@ -1,4 +1,4 @@
-"""What a careful annotator checks in the derived tasks (handoff.tasks.build.audit), each defect class by its
+"""What a careful annotator checks in the derived tasks (handoff.tasks.authoring.audit), each defect class by its
 general form; variety; and the behavioural proof with tau2's own evaluator (the behaviour record)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 import handoff  # noqa: F401  (prepares the process for tau2)
 from handoff.tasks import DOMAINS, load_tasks, parse_derived_id, paths
-from handoff.tasks.build import audit as checks
-from handoff.tasks.build import kinds
-from handoff.tasks.build.behaviour import AGENTS, run_parallel, task_sha256
-from handoff.tasks.build.derive import product_classes
-from handoff.tasks.build.manifests import behaviour_problems, derived_tasks, read_behaviour
+from handoff.tasks.authoring import audit as checks
+from handoff.tasks.authoring import kinds
+from handoff.tasks.authoring.behaviour import AGENTS, run_parallel, task_sha256
+from handoff.tasks.authoring.derive import product_classes
+from handoff.tasks.authoring.manifests import behaviour_problems, derived_tasks, read_behaviour
 from handoff.tasks.domains import DERIVED_DOMAINS
 from handoff.tasks.domains.airline import TODAY
 from handoff.tasks.ids import DERIVED_KINDS as KINDS
@@ -219,7 +219,7 @@ def test_a_wrong_record_fails_the_check(derived, tmp_path, monkeypatch):
 
 
 def _patched_scenarios(monkeypatch, edit):
-    from handoff.tasks.build import derive
+    from handoff.tasks.authoring import derive
 
     original = derive.scenarios
 
@@ -335,7 +335,7 @@ def test_retail_products_named_as_the_users_are_checked():
 
 def test_a_scenario_text_cut_short_is_refused(monkeypatch, tmp_path):
     """In YAML an unquoted " #W9300146" starts a comment: the request ended "in order" (retail 44, 105)."""
-    from handoff.tasks.build import derive
+    from handoff.tasks.authoring import derive
 
     assert all(". You want a human agent" in t.user_scenario.instructions.reason_for_call
                for t in load_tasks("retail", kinds=["explicit_request"]))

@@ -28,11 +28,11 @@ from handoff.tasks import (
     paths,
     split_of,
 )
-from handoff.tasks.build.catalog import CATALOG
-from handoff.tasks.build.derive import scenarios
-from handoff.tasks.build.kinds.hard_negative import gold_changes_db, strip_persona_lines
-from handoff.tasks.build.labelling import Override, apply_override, read_overrides
-from handoff.tasks.build.manifests import check, render
+from handoff.tasks.authoring.catalog import CATALOG
+from handoff.tasks.authoring.derive import scenarios
+from handoff.tasks.authoring.kinds.hard_negative import gold_changes_db, strip_persona_lines
+from handoff.tasks.authoring.labelling import Override, apply_override, read_overrides
+from handoff.tasks.authoring.manifests import check, render
 from handoff.tasks.domains import DERIVED_DOMAINS, facts
 from handoff.tasks.ids import DERIVED_KINDS as KINDS
 from handoff.tasks.labels import ManifestError, load_labels
@@ -101,7 +101,7 @@ def test_counts_and_ids(domain):
 
 
 def test_every_domain_has_its_facts_and_every_kind_its_module():
-    from handoff.tasks.build.kinds import REGISTRY
+    from handoff.tasks.authoring.kinds import REGISTRY
     from handoff.tasks.domains import FACTS
     from handoff.tasks.ids import KINDS as ALL_KINDS
 

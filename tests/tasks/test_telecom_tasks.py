@@ -11,8 +11,8 @@ import pytest
 from handoff.rundir import Manifest
 from handoff.sweep.manifest import check_resumable
 from handoff.tasks import get_task, load_tasks, manifest_hashes, paths, split_of
-from handoff.tasks.build.labelling import read_overrides
-from handoff.tasks.build.review import hand_check_sample
+from handoff.tasks.authoring.labelling import read_overrides
+from handoff.tasks.authoring.review import hand_check_sample
 from handoff.tasks.golds import resolutions
 from handoff.tasks.ids import task_slug
 from handoff.tasks.labels import load_labels

@@ -14,7 +14,7 @@ CHANGES = ("cancel_reservation", "update_reservation_flights", "update_reservati
            "update_reservation_passengers")
 
 # Tasks per derived kind. 18 hard-negative parents (solvable, no transfer, a gold that changes the database
-# and follows the policy, handoff.tasks.build.gold_policy): all of them are used.
+# and follows the policy, handoff.tasks.authoring.gold_policy): all of them are used.
 COUNTS = {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 18}
 # Upstream tasks whose user may ask for a human: never parents of hard negatives.
 ASKS_FOR_HUMAN = {"3": "asks for a supervisor if told she is a Silver member"}

@@ -16,7 +16,7 @@
   passenger; when a reservation was booked; a price claim; a product option; the kind of product for the
   complaint; bags on a reservation).
 
-Which checks a kind gets is its module's (handoff.tasks.build.kinds); a domain's premises are checked
+Which checks a kind gets is its module's (handoff.tasks.authoring.kinds); a domain's premises are checked
 by that domain's function here (PREMISES). `handoff labels build` refuses to write task sets with
 findings; tests run the same checks.
 """
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import NamedTuple
 
-from handoff.tasks.build.catalog import CATALOG
+from handoff.tasks.authoring.catalog import CATALOG
 from handoff.tasks.domains.airline import NOW, TAKEN_OFF, TODAY
 from handoff.tasks.ids import parse_derived_id
 from handoff.tasks.upstream import raw_db, tool_names

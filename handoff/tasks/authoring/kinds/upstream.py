@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from handoff.rules.label import Label
-from handoff.tasks.build.kinds.base import Kind
+from handoff.tasks.authoring.kinds.base import Kind
 from handoff.tasks.upstream import has_gold_transfer
 
 

@@ -4,10 +4,10 @@ the agent must transfer and change nothing."""
 from __future__ import annotations
 
 from handoff.tasks import paths
-from handoff.tasks.build import audit, derive
-from handoff.tasks.build.audit import Finding
-from handoff.tasks.build.behaviour import AGENTS
-from handoff.tasks.build.kinds.base import Kind, derived_label
+from handoff.tasks.authoring import audit, derive
+from handoff.tasks.authoring.audit import Finding
+from handoff.tasks.authoring.behaviour import AGENTS
+from handoff.tasks.authoring.kinds.base import Kind, derived_label
 from handoff.tasks.domains import facts
 from handoff.tasks.ids import derived_id
 from handoff.tasks.upstream import upstream_tasks

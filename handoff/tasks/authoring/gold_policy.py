@@ -462,7 +462,7 @@ def parse_clauses(doc: dict) -> dict[str, tuple[Clause, ...]]:
             _cited(domain, entry, where)
             name = entry.get("check", clause_id)
             if name not in CHECKS[domain]:
-                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.build.gold_policy")
+                raise ClauseError(f"{where}: no check function {name!r} in handoff.tasks.authoring.gold_policy")
             if entry.get("instead") not in INSTEAD:
                 raise ClauseError(f"{where}: instead must be one of {', '.join(INSTEAD)}")
             used.add(name)

@@ -1,5 +1,5 @@
 """The label of each task as `handoff labels build` writes it: the rule of the task's kind
-(handoff.tasks.build.kinds), then the hand-checked corrections of data/manifests/label_overrides_v1.json,
+(handoff.tasks.authoring.kinds), then the hand-checked corrections of data/manifests/label_overrides_v1.json,
 in the format {"domains": {"airline": {"<task id>": {"should_transfer": true, "reason": "..."}}}}.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
 
 from handoff.rules.label import OVERRIDE_PREFIX, Label
-from handoff.tasks.build.kinds import kind_of_task
+from handoff.tasks.authoring.kinds import kind_of_task
 from handoff.tasks.labels import ManifestError
 from handoff.tasks.upstream import DOMAINS
 

@@ -1,5 +1,5 @@
 """What a task kind is: how its tasks are labelled, how the scripted agents must score on them
-(handoff.tasks.build.behaviour), how they are derived and what the annotator checks of them."""
+(handoff.tasks.authoring.behaviour), how they are derived and what the annotator checks of them."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ actions is transferred to a human agent. docs/out_of_scope.md is rendered from t
 
 `request` summarizes what the user asks for; the user's own words are in data/scenarios/<domain>.yaml
 (out_of_scope.requests), whose placeholders are filled from the parent task's user in tau2's db.json
-(handoff.tasks.build.derive). `item_class` names the class of product a retail request needs
+(handoff.tasks.authoring.derive). `item_class` names the class of product a retail request needs
 (data/scenarios/retail_products.yaml): the item is one of the user's delivered items of that class.
 """
 

@@ -1,7 +1,7 @@
 """Derived task sets, built deterministically from the pinned tau2 tasks (docs/tasks.md): what the
 derived kinds share (the hand-written texts of data/scenarios, the choice of parents, the description,
 the transfer-only reference solution). Each kind's own derivation is its module in
-handoff.tasks.build.kinds; the ids are handoff.tasks.ids'.
+handoff.tasks.authoring.kinds; the ids are handoff.tasks.ids'.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Three scripted agents per task, each a SimulationRun built from real tool results
 (handoff.fasteval.replay) and scored by tau2; what each must score is its kind's (`Kind.expected`,
-handoff.tasks.build.kinds):
+handoff.tasks.authoring.kinds):
 
 - `gold`: the task's reference actions, then its communicate_info: must score 1;
 - `nothing`: no tool call at all: must score 0 on explicit_request and out_of_scope;

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from handoff.tasks.build import audit, derive, gold_policy
-from handoff.tasks.build.audit import Finding
-from handoff.tasks.build.behaviour import AGENTS
-from handoff.tasks.build.kinds.base import Kind, derived_label
+from handoff.tasks.authoring import audit, derive, gold_policy
+from handoff.tasks.authoring.audit import Finding
+from handoff.tasks.authoring.behaviour import AGENTS
+from handoff.tasks.authoring.kinds.base import Kind, derived_label
 from handoff.tasks.domains import facts
 from handoff.tasks.ids import derived_id
 from handoff.tasks.upstream import has_gold_transfer, upstream_tasks, write_tools
@@ -79,7 +79,7 @@ def gold_changes_db(domain: str, task) -> bool:
 
 def hard_negative_candidates(domain: str) -> list:
     """Solvable parents: a reference solution that contains no transfer, changes the database (so that tau2's
-    DB check fails an agent that transfers instead) and follows the policy (handoff.tasks.build.gold_policy)."""
+    DB check fails an agent that transfers instead) and follows the policy (handoff.tasks.authoring.gold_policy)."""
     writes = write_tools(domain)
     return [
         t for t in upstream_tasks(domain)

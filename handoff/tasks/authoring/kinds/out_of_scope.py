@@ -1,13 +1,13 @@
-"""The out_of_scope kind: a request of the out-of-scope catalog (handoff.tasks.build.catalog) told by the
+"""The out_of_scope kind: a request of the out-of-scope catalog (handoff.tasks.authoring.catalog) told by the
 parent task's user, with facts of that user's db record; the agent must transfer and change nothing."""
 
 from __future__ import annotations
 
 from handoff.tasks import paths
-from handoff.tasks.build import audit, catalog, derive
-from handoff.tasks.build.audit import Finding
-from handoff.tasks.build.behaviour import AGENTS
-from handoff.tasks.build.kinds.base import Kind, derived_label
+from handoff.tasks.authoring import audit, catalog, derive
+from handoff.tasks.authoring.audit import Finding
+from handoff.tasks.authoring.behaviour import AGENTS
+from handoff.tasks.authoring.kinds.base import Kind, derived_label
 from handoff.tasks.domains import facts
 from handoff.tasks.domains.airline import TODAY
 from handoff.tasks.ids import derived_id

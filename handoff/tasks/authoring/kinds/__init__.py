@@ -4,10 +4,10 @@ and the annotator's checks. A new kind is a module here, an entry in KINDS and i
 
 from __future__ import annotations
 
-from handoff.tasks.build import audit, derive
-from handoff.tasks.build.audit import Finding
-from handoff.tasks.build.kinds import explicit_request, hard_negative, out_of_scope, upstream
-from handoff.tasks.build.kinds.base import Kind
+from handoff.tasks.authoring import audit, derive
+from handoff.tasks.authoring.audit import Finding
+from handoff.tasks.authoring.kinds import explicit_request, hard_negative, out_of_scope, upstream
+from handoff.tasks.authoring.kinds.base import Kind
 from handoff.tasks.domains import facts
 from handoff.tasks.ids import DERIVED_KINDS, KINDS, kind_of, parse_derived_id
 from handoff.tasks.upstream import DOMAINS, upstream_tasks
@@ -15,7 +15,7 @@ from handoff.tasks.upstream import DOMAINS, upstream_tasks
 REGISTRY: dict[str, Kind] = {k.name: k for k in (upstream.KIND, explicit_request.KIND, out_of_scope.KIND,
                                                   hard_negative.KIND)}
 if tuple(REGISTRY) != KINDS:
-    raise ImportError(f"handoff.tasks.build.kinds has {tuple(REGISTRY)}, handoff.tasks.ids.KINDS is {KINDS}")
+    raise ImportError(f"handoff.tasks.authoring.kinds has {tuple(REGISTRY)}, handoff.tasks.ids.KINDS is {KINDS}")
 
 
 def kind(name: str) -> Kind:
@@ -41,7 +41,7 @@ def audit_tasks(domain: str, name: str, tasks: list, parents: dict, product_clas
 
 def build_kind(domain: str, name: str) -> list:
     """The derived tasks of one kind, ordered by parent id; ValueError if any fails the annotator's checks
-    (handoff.tasks.build.audit)."""
+    (handoff.tasks.authoring.audit)."""
     if name not in DERIVED_KINDS:
         raise ValueError(f"unknown derived kind {name!r}: expected one of {', '.join(DERIVED_KINDS)}")
     if not facts(domain).COUNTS[name]:

@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 
 from handoff.tasks import load_tasks, paths, split_of
-from handoff.tasks.build import behaviour, gold_policy, kinds
-from handoff.tasks.build.catalog_doc import render_catalog
-from handoff.tasks.build.kinds import derived_tasks
-from handoff.tasks.build.labelling import Override, apply_override, base_label, read_overrides
-from handoff.tasks.build.review import domain_markdown, write_review
+from handoff.tasks.authoring import behaviour, gold_policy, kinds
+from handoff.tasks.authoring.catalog_doc import render_catalog
+from handoff.tasks.authoring.kinds import derived_tasks
+from handoff.tasks.authoring.labelling import Override, apply_override, base_label, read_overrides
+from handoff.tasks.authoring.review import domain_markdown, write_review
 from handoff.tasks.ids import DERIVED_KINDS
 from handoff.tasks.labels import ManifestError, load_labels
 from handoff.tasks.upstream import (
@@ -125,7 +125,7 @@ def check(root: Path | None = None, rerun: int = 1, workers: int | None = None) 
 
 
 def gold_problems(root: Path, derived: dict) -> list[str]:
-    """What the gold checker flags and nothing handles (handoff.tasks.build.gold_policy.problems), with root's
+    """What the gold checker flags and nothing handles (handoff.tasks.authoring.gold_policy.problems), with root's
     overrides."""
     tasks = {d: {t.id for t in labelled_tasks(d)} | {t.id for (dd, _), ts in derived.items() if dd == d for t in ts}
              for d in DOMAINS}
@@ -302,7 +302,7 @@ def _short(value) -> str:
 
 def review(out: Path, domains: list[str] | None = None, kinds: list[str] | None = None,
            root: Path | None = None) -> list[Path]:
-    """Write the hand-check pages (handoff.tasks.build.review) of the committed tasks and labels into `out`."""
+    """Write the hand-check pages (handoff.tasks.authoring.review) of the committed tasks and labels into `out`."""
     root = Path(root or paths.REPO_ROOT)
     labels, scores = load_labels(root), read_behaviour(root)
     pages = {}
