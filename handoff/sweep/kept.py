@@ -34,7 +34,7 @@ class KeptPlacement(RayPlacement):
     def start(self, ck: Checkpoint, role: str):
         while self.parked.get(role):
             replica = self.parked[role].pop()
-            if self.state(replica) == "ALIVE":
+            if self.place(replica).state == "ALIVE":
                 replica.load.remote(ck.model_dump(mode="json"))  # runs before the sweep's ready() call
                 self.reused += 1
                 return replica
@@ -46,7 +46,7 @@ class KeptPlacement(RayPlacement):
 
     def stop(self, replica) -> None:
         role = self.roles.get(replica._actor_id)
-        if role is None or self.state(replica) != "ALIVE":
+        if role is None or self.place(replica).state != "ALIVE":
             self.roles.pop(replica._actor_id, None)
             super().stop(replica)
             return
