@@ -65,9 +65,11 @@ def _pinned_guidelines() -> frozenset[str]:
 
 @cache
 def _pinned_policy(domain: str) -> frozenset[str]:
-    from handoff.tasks.upstream import domain_data_dir
+    """The policy the pinned tau2's environment gives its agent (telecom's is main_policy.md with
+    the tech-support manual, not one file)."""
+    from tau2.registry import registry
 
-    return frozenset({(domain_data_dir(domain) / "policy.md").read_text().strip()})
+    return frozenset({registry.get_env_constructor(domain)().get_policy().strip()})
 
 
 def drifted_tasks(domain: str, embedded: list) -> dict[str, list[str]]:
