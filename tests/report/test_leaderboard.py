@@ -105,7 +105,8 @@ def test_imported_real_files_and_a_scripted_sweep_make_one_table(tmp_path, capsy
                           env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = board(capsys, imported, sweep)["rows"]
-    assert [r["checkpoint"] for r in rows] == ["gpt-4.1-sft", "gpt-4.1", "smollm2-135m-instruct"]
+    # imported without --step, both files are step 0: a set, in name order
+    assert [r["checkpoint"] for r in rows] == ["gpt-4.1", "gpt-4.1-sft", "smollm2-135m-instruct"]
     assert [len(r["tasks"]) for r in rows] == [20, 20, 2] and all(r["differs"] for r in rows[:2])
     assert main(["leaderboard", str(imported), str(sweep), "--common"]) == 0
     out = capsys.readouterr().out
