@@ -331,7 +331,8 @@ def test_a_sweep_in_a_log_file_shows_plan_progress_and_the_engines_traceback(tmp
     assert list((run_dir / "logs").glob("worker-*.log"))
     served = json.loads((run_dir / "logs" / "engines.json").read_text())["served"]["smollm2-135m-instruct"]
     assert served["agent"]["requests"] >= 1 and served["user"]["requests"] >= 1
-    assert len(terminal.splitlines()) <= 40, terminal
+    # 40 lines before issue 50, plus the headline table that now answers before the paths (44 here)
+    assert len(terminal.splitlines()) <= 48, terminal
 
 
 @pytest.mark.ray
