@@ -10,14 +10,19 @@ The id a file gives is not trusted: a published file can have its simulations re
 - the scenario's identifiers the simulated user gives: user ids, names, zip codes, e-mail
   addresses, order and reservation ids.
 
-The given id is confirmed when the recorded checks are its task's and its identifiers are not
-outdone by another task's. Otherwise the task is recovered: the pinned tasks whose checks the
-simulation recorded, narrowed to those whose identifiers the user gave most of; then tasks every
-trial of which another simulation already holds are struck off. Anything else is `ambiguous` or
-`unmatched`: reported and left out, never guessed. Twin tasks (same checks, same identifiers; their
-scenarios differ only in how the user behaves: retail 41/42, 71/72, 83/84, 96/97, airline 17/22,
-48/49) stay ambiguous when no id tells them apart: pairing them by the wording of the scenarios was
-tried and attributed airline 17/22 the wrong way round in a file whose ids are known.
+The given id is confirmed when the recorded checks are its task's, their recorded action ids are
+not another such task's, and its identifiers are not outdone by another task's. Otherwise the task
+is recovered: the pinned tasks whose checks the simulation recorded, narrowed to the one whose own
+action ids tau2 recorded with them (each reference action's `action_id` is unique among a domain's
+pinned tasks: looked up there, never parsed), else to those whose identifiers the user gave most
+of; then tasks every trial of which another simulation already holds are struck off. Anything else
+is `ambiguous` or `unmatched`: reported and left out, never guessed.
+
+Twin tasks have the same checks and the same identifiers; their scenarios differ only in how the
+user behaves (retail 41/42, 71/72, 83/84, 96/97, airline 17/22, 48/49). Their action ids tell them
+apart (retail 41's are 41_0..41_9, 42's 42_0..42_9; 96's 97_0, 97_1 and 97's 98_0, 98_1); without
+action ids recorded they stay ambiguous. The scenarios' wording is not used: pairing twins by it
+attributed airline 17/22 the wrong way round in a file whose ids are known.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class _Pool:
     tasks: dict  # id -> tau2 Task
     criteria: dict  # id -> {part: Counter}
     identifiers: dict  # id -> frozenset[str]
+    action_owner: dict  # action_id -> the id of the one task whose reference action it is
 
 
 @cache
@@ -76,7 +82,29 @@ def _pool(domain: str) -> _Pool:
 
     tasks = {t.id: t for t in upstream_tasks(domain)}
     return _Pool(domain, tasks, {i: task_criteria(t) for i, t in tasks.items()},
-                 {i: task_identifiers(t) for i, t in tasks.items()})
+                 {i: task_identifiers(t) for i, t in tasks.items()}, _action_owners(tasks.values()))
+
+
+def _action_owners(tasks) -> dict[str, str]:
+    """Each reference action's id -> its task's id, for the ids exactly one task uses."""
+    owners = defaultdict(set)
+    for task in tasks:
+        for action in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
+            owners[action.action_id].add(task.id)
+    return {action_id: next(iter(ids)) for action_id, ids in owners.items() if len(ids) == 1}
+
+
+def recorded_action_ids(reward_info: dict | None) -> list[str]:
+    """The action ids of the reference actions tau2 checked, as it recorded them."""
+    checks = (reward_info or {}).get("action_checks")
+    return [str(c["action"]["action_id"]) for c in checks if isinstance(c.get("action"), dict)
+            and c["action"].get("action_id")] if isinstance(checks, list) else []
+
+
+def _owner(action_ids: list[str], pool: _Pool) -> str | None:
+    """The one pinned task whose reference actions all these ids name; None when none or several."""
+    owners = {pool.action_owner.get(a) for a in action_ids}
+    return next(iter(owners)) if len(owners) == 1 and None not in owners else None
 
 
 def _canonical(value) -> str:
@@ -146,19 +174,22 @@ def _describe(recorded: dict[str, Counter]) -> str:
 def _identify_one(index: int, sim: dict, pool: _Pool, embedded: dict) -> Identity:
     given = None if sim.get("task_id") is None else str(sim["task_id"])
     recorded = recorded_criteria(sim.get("reward_info"))
+    owner = _owner(recorded_action_ids(sim.get("reward_info")), pool)
     text = user_text(sim)
     said = {i: _given_in(ids, text) for i, ids in pool.identifiers.items()}
-    if given is not None and _given_holds(given, recorded, text, said, pool, embedded):
+    if given is not None and _given_holds(given, recorded, owner, text, said, pool, embedded):
         evidence = f"given id; recorded checks ({_describe(recorded)}) are its task's"
         if said.get(given):
             evidence += f"; the user gave {', '.join(said[given])}"
         return Identity(index, given, given, CONFIRMED, evidence)
-    return _recover(index, given, recorded, said, pool)
+    return _recover(index, given, recorded, owner, said, pool)
 
 
-def _given_holds(given: str, recorded: dict, text: str, said: dict, pool: _Pool, embedded: dict) -> bool:
-    """The given id's task (pinned, or the file's own under that id) recorded these checks, and,
-    unless they include reference actions, another task's identifiers are not given more than its own."""
+def _given_holds(given: str, recorded: dict, owner: str | None, text: str, said: dict, pool: _Pool,
+                 embedded: dict) -> bool:
+    """The given id's task (pinned, or the file's own under that id) recorded these checks, their
+    action ids are not those of another task that recorded the same checks (its twin), and, unless
+    they include reference actions, another task's identifiers are not given more than its own."""
     from handoff.tasks import get_task
 
     try:
@@ -167,19 +198,26 @@ def _given_holds(given: str, recorded: dict, text: str, said: dict, pool: _Pool,
         return False
     if not any(_agrees(recorded, task_criteria(t)) for t in (pinned, embedded.get(given)) if t is not None):
         return False
+    if owner not in (None, given) and _agrees(recorded, pool.criteria[owner]):
+        return False
     return bool(recorded.get("actions")) or len(_given_in(task_identifiers(pinned), text)) >= max(map(len, said.values()), default=0)
 
 
-def _recover(index: int, given: str | None, recorded: dict, said: dict, pool: _Pool) -> Identity:
+def _recover(index: int, given: str | None, recorded: dict, owner: str | None, said: dict, pool: _Pool) -> Identity:
     agreeing = [i for i, crit in pool.criteria.items() if _agrees(recorded, crit)]
-    most = max((len(said[i]) for i in agreeing), default=0)
     strong = bool(recorded.get("actions"))
+    twins = agreeing if strong and owner in agreeing and len(agreeing) > 1 else []
+    agreeing = [owner] if twins else agreeing
+    most = max((len(said[i]) for i in agreeing), default=0)
     narrowed = [i for i in agreeing if len(said[i]) == most] if most else (agreeing if strong else [])
     was = "no id" if given is None else f"given id {given!r} contradicted"
     if len(narrowed) == 1:
         (task,) = narrowed
         evidence = f"{was}; recorded checks ({_describe(recorded)}) are task {task}'s"
-        if strong and len(agreeing) == 1:
+        if twins:
+            evidence += (f" and task {', '.join(t for t in twins if t != task)}'s, but their recorded action ids "
+                         f"({_span(pool, task)}) are task {task}'s alone")
+        elif strong and len(agreeing) == 1:
             evidence += " alone"
         if said[task]:
             evidence += f"; the user gave {', '.join(said[task])}"
@@ -190,6 +228,12 @@ def _recover(index: int, given: str | None, recorded: dict, said: dict, pool: _P
     return Identity(index, given, None, AMBIGUOUS,
                     f"{was}; tasks {', '.join(narrowed)} match equally ({_describe(recorded)}"
                     + (f"; the user gave {', '.join(said[narrowed[0]])})" if most else ")"), tuple(narrowed))
+
+
+def _span(pool: _Pool, task: str) -> str:
+    """A task's reference action ids, as `41_0..41_9`."""
+    ids = [a for a, owner in pool.action_owner.items() if owner == task]
+    return ids[0] if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
 
 
 def _strike_full(found: list[Identity], trials: int) -> list[Identity]:

@@ -275,25 +275,24 @@ def test_the_shared_real_files_import_report_log_and_compare(tmp_path, capsys, m
                        "--checkpoint", "toolorchestra")
     assert code == 0
     assert "sonnet (step 0, airline): 50 simulations, 50 agreed, 0 mismatched" in out
-    # the retail file's ids were renumbered: recovered from the checks and the user; 8 simulations fall on
-    # four pairs of twin tasks (same checks, same identifiers) and are left out, not guessed
-    assert ("toolorchestra (step 0, retail): 114 simulations, 106 agreed, 0 mismatched (left out of the metrics), "
-            "0 failed to replay (left out), 105 task ids recovered, 8 without a task (left out)") in out
+    # the retail file's ids were renumbered: recovered from the checks, their action ids and the user;
+    # the four pairs of twin tasks (same checks, same identifiers) by the action ids tau2 recorded
+    assert ("toolorchestra (step 0, retail): 114 simulations, 114 agreed, 0 mismatched (left out of the metrics), "
+            "0 failed to replay (left out), 113 task ids recovered, 0 without a task (left out)") in out
     manifest = RunDir(run).manifest
     assert not manifest.imported.reward_mismatches and not manifest.imported.replay_errors
-    twins = {a.index: a.evidence for a in manifest.imported.attributions if a.task_id is None}
-    assert sorted(twins) == [11, 28, 34, 35, 36, 49, 79, 112]
-    assert all(a.evidence for a in manifest.imported.attributions)
-    assert "tasks 96, 97 match equally" in twins[11] and "tasks 83, 84 match equally" in twins[112]
-    assert next(a for a in manifest.imported.attributions if a.index == 0).task_id == "89"  # filed as "0"
+    attributed = {a.index: a for a in manifest.imported.attributions}
+    assert all(a.evidence and a.task_id for a in attributed.values())
+    assert {i: attributed[i].task_id for i in (11, 28, 34, 35, 36, 49, 79, 112)} == {
+        11: "97", 28: "41", 34: "96", 35: "72", 36: "84", 49: "42", 79: "71", 112: "83"}
+    assert "but their recorded action ids (83_0) are task 83's alone" in attributed[112].evidence
+    assert attributed[0].task_id == "89"  # filed as "0"
     metrics = json.loads((run / "reduced" / "metrics.json").read_text())
-    assert metrics["n_episodes"] == 50 + 106
+    assert metrics["n_episodes"] == 50 + 114
     assert (run / "report" / "episodes" / "index.html").is_file()
     report = (run / "report" / "report.md").read_text()
-    assert "| toolorchestra | gpt-4.1-mini-2025-04-14 | 0 | retail | 114 | 106 | 0 | 0 | 8 |" in report
-    assert "**Warning: toolorchestra (retail): 106 of 114 simulations in the metrics, 8 left out (8 no task)" in report
-    assert "| toolorchestra | 0 | retail | [106](" in report and " of 114, 8 left out |" in report
-    assert "WARNING: toolorchestra (retail): 106 of 114" in err
+    assert "| toolorchestra | gpt-4.1-mini-2025-04-14 | 0 | retail | 114 | 114 | 0 | 0 | 0 |" in report
+    assert "**Warning: toolorchestra" not in report and "WARNING: toolorchestra" not in err
     offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and any("airline" in p for p in offline) and any("retail" in p for p in offline)
     logged = json.loads((run / "wandb" / "logged.json").read_text())  # each domain's history has its checkpoint
