@@ -10,6 +10,11 @@ that failed and was resumed ends with the same history as one that never failed.
 logging that has new rows writes one more offline run with the same id (resume="allow"), its
 directory named after the rows it holds, so two never collide; `wandb sync` uploads them in order.
 
+Checkpoints imported without `--step` (`handoff import`: unrelated files, all at step 0) are a set,
+not a curve: their history rows hold each checkpoint's episode table and name but no metric (so W&B
+draws no line through them), and the run holds the set itself: a `checkpoints` table (one row per
+checkpoint, every metric a column) and `by_checkpoint/<checkpoint>` in the summary.
+
 `logger.training_run=ENTITY/PROJECT/RUN_ID` also appends the rows to an existing training run
 under `eval/<domain>/...`, drawn against `eval/step` (= the checkpoint's training step).
 
@@ -40,6 +45,7 @@ from handoff.scoring import ScoredEpisode
 STEP_METRIC = "checkpoint/step"
 TRAINING_STEP_METRIC = "eval/step"
 BEST = "best"
+SET_TABLE, BY_CHECKPOINT, CHECKPOINT_KEY = "checkpoints", "by_checkpoint", "checkpoint"
 TABLE_COLUMNS = ["checkpoint", "step", "domain", "task_id", "trial", "rule", "should_transfer", "transferred",
                  "outcome", "handoff_turn", "reward", "tau2_reward", "violations", "format_errors", "termination",
                  "turns", "episode_should_transfer", "initiator", "user_request_turn", "agent_offer_turn",
@@ -234,6 +240,29 @@ def best_of(rows: list[Row]) -> dict:
     return {f"{BEST}/checkpoint": best.checkpoint, f"{BEST}/step": best.step, f"{BEST}/reward": best.values["reward"]}
 
 
+def is_set(run: RunDir) -> bool:
+    """Checkpoints imported without --step: a set of files, not steps of one learning curve."""
+    return run.manifest.imported is not None and not run.manifest.imported.curve
+
+
+def set_columns(rows: list[Row]) -> list[str]:
+    """The `checkpoints` table's columns: the checkpoint, its step and domain, then every metric
+    any row holds, in name order."""
+    return ["checkpoint", "step", "domain", *sorted({k for r in rows for k in r.values} - {STEP_METRIC})]
+
+
+def set_table(wandb, rows: list[Row], domain: str):
+    """One row per checkpoint of a set (a metric a checkpoint lacks is empty)."""
+    columns = set_columns(rows)
+    return wandb.Table(columns=columns, data=[[r.checkpoint, r.step, domain, *(r.values.get(c) for c in columns[3:])]
+                                              for r in rows])
+
+
+def set_summary(rows: list[Row]) -> dict:
+    """Each checkpoint's values in the summary, as `by_checkpoint/<checkpoint>/<metric>`."""
+    return {f"{BY_CHECKPOINT}/{r.checkpoint}": {k: v for k, v in r.values.items() if k != STEP_METRIC} for r in rows}
+
+
 def _value(x) -> str:
     return str(getattr(x, "value", x))
 
@@ -306,16 +335,22 @@ def _log_eval_run(reduction: Reduction, run: RunDir, domain: str, rows: list[Row
         job_type="eval", tags=[run.name, domain, *logger_cfg.get("tags", [])], config=config,
         reinit="create_new", settings=_settings(wandb, logger_cfg, start))
     try:
-        wb.define_metric(STEP_METRIC)
-        wb.define_metric("*", step_metric=STEP_METRIC)
+        as_set = is_set(run)
+        if not as_set:
+            wb.define_metric(STEP_METRIC)
+            wb.define_metric("*", step_metric=STEP_METRIC)
         limit = TRANSCRIPTS if logger_cfg.get("transcripts") is None else logger_cfg["transcripts"]
         for index, row in enumerate(rows[start:], start):
             transcripts = _transcripts(run, reduction, row.checkpoint, domain, limit)
             data = episode_rows(reduction, row.checkpoint, domain, transcripts, lambda h: wandb.Html(h, inject=False))
             table = wandb.Table(columns=TABLE_COLUMNS, data=data)
-            wb.log({**row.values, "episodes": table}, step=index)
+            values = {CHECKPOINT_KEY: row.checkpoint} if as_set else row.values
+            last = as_set and index == len(rows) - 1
+            wb.log({**values, "episodes": table, **({SET_TABLE: set_table(wandb, rows, domain)} if last else {})},
+                   step=index)
         adaptive = adaptive_result(run)
-        wb.summary.update(best_of(rows) | (wandb_summary(adaptive) if adaptive is not None else {}))
+        wb.summary.update(best_of(rows) | (wandb_summary(adaptive) if adaptive is not None else {})
+                          | (set_summary(rows) if as_set else {}))
     finally:
         wb.finish()
 

@@ -18,7 +18,7 @@ from tau2.evaluator.evaluator import evaluate_simulation as tau2_evaluate
 from handoff.cli import main
 from handoff.importing import import_files
 from handoff.records import read_shard
-from handoff.rundir import RunDir
+from handoff.rundir import RunDir, RunPaths
 from handoff.testing.synthetic import Behavior, write_run
 from tests.support.episodes import CANCEL, Episode, authenticated_retail, task, tau2_results
 
@@ -121,6 +121,47 @@ def test_checkpoint_names_tell_submissions_apart_and_no_step_is_made_up(tmp_path
     assert [(f.checkpoint, f.step) for f in given.files] == [("base", 0), ("rl", 300)] and given.curve
     code, _, err = cli(capsys, "import", a, b, "--run-dir", tmp_path / "run3", "--checkpoint", "only-one")
     assert code == 2 and "1 --checkpoint value(s) for 2 file(s)" in err
+
+
+def test_imported_files_without_steps_are_a_set_in_wandb_and_with_steps_a_curve(tmp_path, capsys, monkeypatch):
+    from handoff.report import reduce_run
+    from handoff.report.wandb_log import STEP_METRIC, metric_values, run_id
+    from handoff.testing.wandb_offline import history, offline_runs
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    for name in ("CONFIG", "CACHE", "DATA"):
+        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
+    a, b = results_file(tmp_path / "a.json", sim_dicts()), results_file(tmp_path / "b.json", sim_dicts()[:2])
+    for run, steps in (("set", ()), ("curve", ("--step", 0, "--step", 300))):
+        assert cli(capsys, "import", a, b, "--run-dir", tmp_path / run, *steps)[0] == 0
+    logged = {}
+    for run in ("set", "curve"):
+        (logged[run],) = offline_runs(RunPaths(tmp_path / run).wandb, run_id(RunDir(tmp_path / run), "retail"))
+    reduction = reduce_run(tmp_path / "set")
+    values = {c: metric_values(reduction.group(c, "retail").metrics) for c in ("a", "b")}
+    assert values["a"] != values["b"]  # 3 and 2 episodes
+
+    # a set: no series over a step, each checkpoint's episodes, and the set as a table and a summary
+    rows = logged["set"]["history"]
+    assert [r["checkpoint"] for r in rows] == ["a", "b"] and all(r["episodes/_type"] == "table-file" for r in rows)
+    assert not any(STEP_METRIC in r or "tau2_reward" in r for r in rows)
+    assert not any(m.step_metric for m in logged["set"]["metrics"])
+    (path,) = logged["set"]["dir"].glob("files/media/table/checkpoints_*.table.json")
+    table = json.loads(path.read_text())
+    assert table["columns"][:3] == ["checkpoint", "step", "domain"] and STEP_METRIC not in table["columns"]
+    assert [row[:3] for row in table["data"]] == [["a", 0, "retail"], ["b", 0, "retail"]]
+    for row in table["data"]:
+        by_column, summary = dict(zip(table["columns"], row)), logged["set"]["summary"][f"by_checkpoint/{row[0]}"]
+        assert {k: by_column[k] for k in values[row[0]]} == pytest.approx(values[row[0]])
+        assert {k: summary[k] for k in values[row[0]]} == pytest.approx(values[row[0]])
+    # --step: one learning curve, as a sweep's
+    rows = history([logged["curve"]])
+    assert [(r["checkpoint/step"], r["tau2_reward"]) for r in rows] == [
+        (0, values["a"]["tau2_reward"]), (300, values["b"]["tau2_reward"])]
+    assert {m.step_metric for m in logged["curve"]["metrics"]} == {"", STEP_METRIC}
+    assert not list(logged["curve"]["dir"].glob("files/media/table/checkpoints_*"))
+    assert not any(k.startswith("by_checkpoint") for k in logged["curve"]["summary"])
 
 
 def test_domain_is_used_where_the_file_lacks_it_and_refused_where_it_contradicts(tmp_path, capsys):
