@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from handoff.records import read_shard, write_atomic
+from handoff.report.imported import drift_note
 from handoff.report.reducer import Reduction, cache_key
 from handoff.report.search import SEARCH_FILE, search_text
 from handoff.report.transcripts import page, transcript_html
@@ -93,7 +94,8 @@ def write_transcripts(run: RunDir, reduction: Reduction) -> int:
         for record in read_shard(run.shard_path(shard)):
             ep = by_key[record.key]
             back = "../../" + link(checkpoint=ep.model, domain=ep.score.domain).removeprefix("episodes/")
-            nav = f"<p><a href='{back}'>&larr; episodes of {escape(ep.model)} / {escape(ep.score.domain)}</a></p>"
+            nav = (f"<p><a href='{back}'>&larr; episodes of {escape(ep.model)} / {escape(ep.score.domain)}</a></p>"
+                   + drift_banner(drift_note(run.manifest.imported, ep.model, ep.score.domain, ep.score.task_id)))
             traj = trajectory_of(record)
             (root.parent / episode_href(shard, ep)).write_text(
                 page(f"{ep.model} {ep.score.domain} {ep.score.task_id} trial {ep.trial}",
@@ -108,15 +110,22 @@ def write_transcripts(run: RunDir, reduction: Reduction) -> int:
     return written
 
 
-def index_row(shard: str, ep: ScoredEpisode) -> list:
-    """One row of the index data (its checkpoint, step and domain are the data file's)."""
+def drift_banner(note: str | None) -> str:
+    """The mark an imported episode's page carries when it is not comparable with the pinned tau2's."""
+    return "" if note is None else (f"<p class='drifted' id='drift' style='color:#8a5a00'><b>Drifted from the pinned tau2</b>: "
+                                    f"{escape(note)}. Not comparable with runs on the pinned tasks.</p>")
+
+
+def index_row(shard: str, ep: ScoredEpisode, drift: str | None = None) -> list:
+    """One row of the index data (its checkpoint, step and domain are the data file's); `drift`:
+    why an imported episode is not comparable with the pinned tau2's (handoff.report.imported)."""
     s = ep.score
     return [s.task_id, ep.trial, s.label.rule, s.outcome.value, s.handoff_turn,
             " ".join(sorted({v.rule.value for v in s.violations})),
             " ".join(sorted({f.kind.value for f in s.format_errors})), s.termination_reason,
             s.tau2_reward, round(s.reward, 4), episode_href(shard, ep),
             s.handoff_initiator.value if s.handoff_initiator else NO_HANDOFF,
-            s.outcome_detail().value, s.outcome_detail(episode=True).value]
+            s.outcome_detail().value, s.outcome_detail(episode=True).value, drift]
 
 
 def write_index(run: RunDir, reduction: Reduction) -> Path:
@@ -126,7 +135,8 @@ def write_index(run: RunDir, reduction: Reduction) -> Path:
     shards: dict[tuple[str, int, str], set[str]] = defaultdict(set)  # whose search texts a slice needs
     for shard, scored in reduction.by_shard.items():
         for ep in scored:
-            rows[(ep.model, ep.step, ep.score.domain)].append((ep.key, index_row(shard, ep)))
+            drift = drift_note(run.manifest.imported, ep.model, ep.score.domain, ep.score.task_id)
+            rows[(ep.model, ep.step, ep.score.domain)].append((ep.key, index_row(shard, ep, drift)))
             shards[(ep.model, ep.step, ep.score.domain)].add(shard)
     slices, data_dir = [], folder / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -179,7 +189,7 @@ body{font-family:system-ui,sans-serif;font-size:14px;margin:1em 2em}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}
 th{cursor:pointer;background:#f0f0f0}th.sorted{background:#dde8f5}
 .correct_handoff,.correct_no_transfer{color:#1d7a36}.missed_handoff,.unneeded_handoff{color:#b22a1d;font-weight:600}
-#pager{margin:8px 0}
+#pager{margin:8px 0}.drifted{color:#8a5a00;font-weight:600}
 </style></head><body>
 <h1>__TITLE__</h1>
 <p><a href="../report.html">&larr; report</a> &middot; <b><span id="count" data-n="">loading</span></b>
@@ -202,7 +212,7 @@ function handoffRows(id, data) {
   const at = META.slices.findIndex(x => x.id === id), s = META.slices[at];
   data.forEach((r, i) => rows.push({order: at * 1e7 + i, checkpoint: s.checkpoint, step: s.step, domain: s.domain, task: r[0],
     trial: r[1], rule: r[2], outcome: r[3], turn: r[4], violations: r[5], formats: r[6], termination: r[7],
-    tau2: r[8], reward: r[9], href: r[10], initiator: r[11], detail: r[12], episode_detail: r[13]}));
+    tau2: r[8], reward: r[9], href: r[10], initiator: r[11], detail: r[12], episode_detail: r[13], drift: r[14]}));
   loaded[id] = true;
 }
 function handoffText(list) { for (const [href, text] of list) TEXT[href] = text; }
@@ -300,7 +310,7 @@ function render() {
   const pages = Math.max(1, Math.ceil(sel.length / PAGE)), page = Math.min(pages, +p.get("page") || 1);
   const shown = sel.slice((page - 1) * PAGE, page * PAGE);
   document.querySelector("#episodes tbody").innerHTML = shown.map(r => "<tr>" + COLS.map(([k]) =>
-    k === "task" ? `<td><a href="${esc(r.href)}">${esc(r.task)}</a></td>` : `<td class="${k === "outcome" ? r.outcome : ""}">${esc(r[k])}</td>`).join("") + "</tr>").join("");
+    k === "task" ? `<td><a href="${esc(r.href)}">${esc(r.task)}</a>${r.drift ? ` <span class="drifted" title="${esc(r.drift)}">drifted</span>` : ""}</td>` : `<td class="${k === "outcome" ? r.outcome : ""}">${esc(r[k])}</td>`).join("") + "</tr>").join("");
   for (const th of document.querySelectorAll("th")) th.className = (p.get("sort") || "").replace("-", "") === th.dataset.key ? "sorted" : "";
   count.dataset.n = sel.length;
   count.textContent = `${sel.length} of ${META.total} episodes`;

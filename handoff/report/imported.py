@@ -88,6 +88,28 @@ def drift_lines(section: ImportSection | None) -> list[str]:
     return lines
 
 
+def drift_note(section: ImportSection | None, checkpoint: str, domain: str, task_id: str) -> str | None:
+    """Why an imported episode is not comparable with runs on the pinned tau2 (its episode page and
+    the episode index say it): its task differs from the pinned one (kept by --keep-drifted), its
+    file is a policy variant, or its file's user simulator guidelines or policy differ; None else."""
+    entry = next((f for f in section.files if (f.checkpoint, f.domain) == (checkpoint, domain)), None) \
+        if section is not None else None
+    drift = entry.drift if entry is not None else None
+    if drift is None:
+        return None
+    why = []
+    if task_id in drift.tasks:
+        why.append(f"task {task_id} differs from the pinned one ({', '.join(drift.tasks[task_id])}), kept by "
+                   "--keep-drifted")
+    if drift.domain_variant:
+        why.append(f"a policy variant ({drift.domain_variant}) imported as {domain}")
+    if drift.user_guidelines_differ:
+        why.append("the file's user simulator guidelines differ from the pinned tau2's")
+    if drift.policy_differs:
+        why.append("the file's policy differs from the pinned tau2's")
+    return "; ".join(why) or None
+
+
 def replay_error_lines(section: ImportSection, table: Callable[[list[str], list[list]], list[str]]) -> list[str]:
     """The episodes tau2 could not replay: a row each (the error's first line, the message where the
     replay diverged), then each error whole."""

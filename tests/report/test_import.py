@@ -433,6 +433,30 @@ def test_a_task_whose_embedded_scenario_was_edited_is_named_drifted_and_left_out
     assert not clean.files[0].drift.tasks and not clean.files[0].left_out
 
 
+def test_drifted_episodes_kept_are_marked_on_their_pages_and_in_the_episode_index(tmp_path, capsys, monkeypatch):
+    from tests.support import browser
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    data = results_data(sim_dicts())
+    edited = data["tasks"][1]
+    edited["user_scenario"]["instructions"]["reason_for_call"] += " You also want a refund."
+    code, _, _ = cli(capsys, "import", write(tmp_path / "r.json", data), "--run-dir", tmp_path / "run", "--keep-drifted")
+    assert code == 0
+    index = tmp_path / "run" / "report" / "episodes" / "index.html"
+    shown = browser.Elements(browser.dom(index))
+    tasks = [e["text"] for e in shown.found if e["tag"] == "td" and any(a["tag"] == "a" for a in shown.found
+                                                                         if a.get("parents") and a["parents"][-1] is e)]
+    assert sorted(tasks) == sorted(f"{s['task_id']} drifted" if s["task_id"] == edited["id"] else s["task_id"]
+                                   for s in sim_dicts())
+    (mark,) = shown.having(tag="span", class_="drifted")
+    assert mark["title"] == f"task {edited['id']} differs from the pinned one (scenario), kept by --keep-drifted"
+    pages = {a["text"]: index.parent / a["href"] for a in shown.having(tag="a") if a["href"].startswith("transcripts/")}
+    for task_id, path in pages.items():
+        banner = browser.Elements(browser.dom(path)).having(id="drift")
+        assert [b["text"] for b in banner] == ([f"Drifted from the pinned tau2: {mark['title']}. Not comparable with "
+                                               "runs on the pinned tasks."] if task_id == edited["id"] else [])
+
+
 def test_other_user_simulator_guidelines_are_flagged(tmp_path, capsys, monkeypatch):
     from tau2.user.user_simulator import get_global_user_sim_guidelines
 
