@@ -163,10 +163,11 @@ def imported(section: ImportSection | None) -> list[str]:
         return []
     fate = "kept with the re-evaluated reward" if section.keep_mismatched else "left out of the metrics"
     lines = ["## Imported tau2 files", "",
-             (f"Every reward was re-evaluated by tau2's evaluator against the pinned task its id names. "
+             (f"Every reward was re-evaluated by tau2's evaluator against its pinned task (the id the file gives, "
+              f"checked, or the one recovered). "
               f"Reward mismatches are {fate}; episodes that could not be replayed are left out."
               + ("" if section.curve else " The checkpoints are a set of files, not steps of one training run "
-                 "(no --step): no figure draws them as a curve.")), ""]
+                 "(no --step): no figure draws them as a curve, and W&B logs them as a set.")), ""]
     lines += [f"**Warning: {w}.**\n" for w in drift_lines(section) + left_out_warnings(section)]
     rows = []
     for f in section.files:
