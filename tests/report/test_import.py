@@ -453,8 +453,8 @@ def test_drifted_episodes_kept_are_marked_on_their_pages_and_in_the_episode_inde
     pages = {a["text"]: index.parent / a["href"] for a in shown.having(tag="a") if a["href"].startswith("transcripts/")}
     for task_id, path in pages.items():
         banner = browser.Elements(browser.dom(path)).having(id="drift")
-        assert [b["text"] for b in banner] == ([f"Drifted from the pinned tau2: {mark['title']}. Not comparable with "
-                                               "runs on the pinned tasks."] if task_id == edited["id"] else [])
+        expected = f"Drifted from the pinned tau2: {mark['title']}. Not comparable with runs on the pinned tasks."
+        assert [b["text"] for b in banner] == ([expected] if task_id == edited["id"] else [])
 
 
 def test_other_user_simulator_guidelines_are_flagged(tmp_path, capsys, monkeypatch):
