@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from handoff.report.cost import CostMetrics, cost_metrics
 from handoff.report.flips import Flip, find_flips, summary
 from handoff.report.reducer import reduce_run
-from handoff.report.wandb_log import STEP_METRIC, WandbError, resolve_target, run_id
+from handoff.report.wandb_log import WandbError, place_of, resolve_target, run_id
 from handoff.rules import EpisodeScore
 from handoff.rules.intervals import MIN_TASKS, MIN_VARYING_TASKS, holm
 from handoff.rules.metrics import Difference, PairedComparison, paired_difference
@@ -192,7 +192,7 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
     lines.append("")
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
         runs = ", ".join(side.wandb_runs) or "(no W&B run)"
-        lines.append(f"W&B {tag}: {runs} at {STEP_METRIC} = {side.step} ({side.checkpoint})")
+        lines.append(f"W&B {tag}: {runs} at {place_of(RunDir(side.run_dir), side.checkpoint, side.step)}")
     if html is not None:
         where = f"Transcripts side by side: {html}"
     else:

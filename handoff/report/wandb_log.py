@@ -245,6 +245,13 @@ def is_set(run: RunDir) -> bool:
     return run.manifest.imported is not None and not run.manifest.imported.curve
 
 
+def place_of(run: RunDir, checkpoint: str, step: int) -> str:
+    """Where a checkpoint's values are in its W&B run: a step of the curve, or a row of the set."""
+    if is_set(run):
+        return f"row {checkpoint!r} of its `{SET_TABLE}` table and `{BY_CHECKPOINT}/{checkpoint}` (a set, no step)"
+    return f"{STEP_METRIC} = {step} ({checkpoint})"
+
+
 def set_columns(rows: list[Row]) -> list[str]:
     """The `checkpoints` table's columns: the checkpoint, its step and domain, then every metric
     any row holds, in name order."""

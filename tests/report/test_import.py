@@ -162,6 +162,11 @@ def test_imported_files_without_steps_are_a_set_in_wandb_and_with_steps_a_curve(
     assert {m.step_metric for m in logged["curve"]["metrics"]} == {"", STEP_METRIC}
     assert not list(logged["curve"]["dir"].glob("files/media/table/checkpoints_*"))
     assert not any(k.startswith("by_checkpoint") for k in logged["curve"]["summary"])
+    # `handoff compare` says where each side is in W&B: a row of the set, or a step of the curve
+    for run, where in (("set", "at row 'b' of its `checkpoints` table and `by_checkpoint/b` (a set, no step)"),
+                       ("curve", "at checkpoint/step = 300 (b)")):
+        code, out, _ = cli(capsys, "compare", tmp_path / run, tmp_path / run, "--a", "a", "--b", "b")
+        assert code == 0 and f"runs/{run_id(RunDir(tmp_path / run), 'retail')} {where}" in out, out
 
 
 def test_domain_is_used_where_the_file_lacks_it_and_refused_where_it_contradicts(tmp_path, capsys):
