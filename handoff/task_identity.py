@@ -174,7 +174,8 @@ def _describe(recorded: dict[str, Counter]) -> str:
 def _identify_one(index: int, sim: dict, pool: _Pool, embedded: dict) -> Identity:
     given = None if sim.get("task_id") is None else str(sim["task_id"])
     recorded = recorded_criteria(sim.get("reward_info"))
-    owner = _owner(recorded_action_ids(sim.get("reward_info")), pool)
+    action_ids = recorded_action_ids(sim.get("reward_info"))
+    owner = _owner(action_ids, pool)
     text = user_text(sim)
     said = {i: _given_in(ids, text) for i, ids in pool.identifiers.items()}
     if given is not None and _given_holds(given, recorded, owner, text, said, pool, embedded):
@@ -182,7 +183,7 @@ def _identify_one(index: int, sim: dict, pool: _Pool, embedded: dict) -> Identit
         if said.get(given):
             evidence += f"; the user gave {', '.join(said[given])}"
         return Identity(index, given, given, CONFIRMED, evidence)
-    return _recover(index, given, recorded, owner, said, pool)
+    return _recover(index, given, recorded, action_ids, said, pool)
 
 
 def _given_holds(given: str, recorded: dict, owner: str | None, text: str, said: dict, pool: _Pool,
@@ -203,9 +204,9 @@ def _given_holds(given: str, recorded: dict, owner: str | None, text: str, said:
     return bool(recorded.get("actions")) or len(_given_in(task_identifiers(pinned), text)) >= max(map(len, said.values()), default=0)
 
 
-def _recover(index: int, given: str | None, recorded: dict, owner: str | None, said: dict, pool: _Pool) -> Identity:
+def _recover(index: int, given: str | None, recorded: dict, action_ids: list[str], said: dict, pool: _Pool) -> Identity:
     agreeing = [i for i, crit in pool.criteria.items() if _agrees(recorded, crit)]
-    strong = bool(recorded.get("actions"))
+    strong, owner = bool(recorded.get("actions")), _owner(action_ids, pool)
     twins = agreeing if strong and owner in agreeing and len(agreeing) > 1 else []
     agreeing = [owner] if twins else agreeing
     most = max((len(said[i]) for i in agreeing), default=0)
@@ -216,7 +217,7 @@ def _recover(index: int, given: str | None, recorded: dict, owner: str | None, s
         evidence = f"{was}; recorded checks ({_describe(recorded)}) are task {task}'s"
         if twins:
             evidence += (f" and task {', '.join(t for t in twins if t != task)}'s, but their recorded action ids "
-                         f"({_span(pool, task)}) are task {task}'s alone")
+                         f"({_span(action_ids)}) are task {task}'s alone")
         elif strong and len(agreeing) == 1:
             evidence += " alone"
         if said[task]:
@@ -230,10 +231,9 @@ def _recover(index: int, given: str | None, recorded: dict, owner: str | None, s
                     + (f"; the user gave {', '.join(said[narrowed[0]])})" if most else ")"), tuple(narrowed))
 
 
-def _span(pool: _Pool, task: str) -> str:
-    """A task's reference action ids, as `41_0..41_9`."""
-    ids = [a for a, owner in pool.action_owner.items() if owner == task]
-    return ids[0] if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
+def _span(action_ids: list[str]) -> str:
+    """Recorded action ids, as `41_0..41_9` (in the order tau2 recorded them)."""
+    return action_ids[0] if len(action_ids) == 1 else f"{action_ids[0]}..{action_ids[-1]}"
 
 
 def _strike_full(found: list[Identity], trials: int) -> list[Identity]:
