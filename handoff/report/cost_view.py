@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from handoff.records import cost_units
 from handoff.report.cost import NO_COST, CostMetrics, CostStat
 from handoff.report.reducer import GroupMetrics
 from handoff.rules.metrics import Interval
@@ -26,11 +27,7 @@ INTRO = ("Cost per episode: the mean, normal 95% interval. Cost per success: the
 
 
 def shown_units(cost: CostMetrics) -> list[str]:
-    """Dollars where a side was priced or has no price (an API model), engine- and GPU-seconds where
-    a side ran on an engine; dollars alone when neither (they are 0)."""
-    units = ["usd"] if cost.usd.total is None or cost.usd.total > 0 else []
-    units += ["engine_s", "gpu_s"] if cost.engine_s.total else []
-    return units or ["usd"]
+    return cost_units(cost.usd.total, cost.engine_s.total or 0.0)
 
 
 def amount(iv: Interval, digits: int) -> str:

@@ -531,7 +531,7 @@ class Driver:
             return
         st.records[record.key] = record
         self.run.append_partial(st.shard.id, record)
-        bar.episode_done(st.shard.model, requests_of(record))
+        bar.episode_done(st.shard.model, requests_of(record), record.usage.cost)
         if st.complete:
             self._finish(st)
 
