@@ -26,20 +26,8 @@ from handoff.sweep.failures import Fault, classify
 from handoff.sweep.policy import Cost, FailurePolicy
 from handoff.tasks import get_task
 from handoff.testing.openai_server import FaultServer, chat_completion, vllm_server
-from tests.support.agent import AIRLINE_USER, LOOKUP, scripted
+from tests.support.agent import LOOKUP, api_episode, scripted
 from tests.support.agent import chat as smollm2_chat
-
-USER_LINES = ["Hi, I need help with my reservation.", f"My user id is {AIRLINE_USER}.", "Thanks.", "###STOP###"]
-
-
-def api_episode(url: str, llm: str = "hosted_vllm/tiny-hermes", user_lines=USER_LINES, max_steps: int = 10, **api):
-    """One airline episode of the API agent at `url` against the scripted user (an engine user)."""
-    task = get_task("airline", "0")
-    user = make_user(UserSpec(), task, engine=scripted(user_lines), chat=smollm2_chat())
-    settings = ApiModelSettings(llm=llm, llm_args={"api_base": url}, **api)
-    return run_episode("airline", task, None, None, user,
-                       EpisodeSettings(max_steps=max_steps, agent_sampling=Sampling(max_tokens=64), api=settings), seed=1)
-
 
 # -- a real server: vLLM's own -------------------------------------------------------------------
 
