@@ -24,7 +24,6 @@ from handoff.sweep import clock
 from handoff.sweep.config import Checkpoint
 from handoff.sweep.worker import EngineRef
 
-
 PROBE_S = 30.0
 
 
@@ -74,9 +73,9 @@ class ApiOutages:
             api = self.settings[name]
             if now - outage.since > api.outage_s:
                 del self.down[name]
-                out.append((name, f"API model {name} ({api.llm}) unavailable for more than outage_s={api.outage_s:g}s "
-                                  f"(every request's {api.max_retries} retries spent, no episode recorded since): "
-                                  f"resume the run once it answers. Last error: {outage.error}"))
+                out.append((name, (f"API model {name} ({api.llm}) unavailable for more than outage_s={api.outage_s:g}s "
+                                   f"(every request's {api.max_retries} retries spent, no episode recorded since): "
+                                   f"resume the run once it answers. Last error: {outage.error}")))
         return out
 
 

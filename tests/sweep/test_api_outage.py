@@ -15,8 +15,8 @@ from handoff.sweep.config import checkpoints, validate
 from handoff.sweep.driver import Driver
 from handoff.sweep.failures import ShardFailure
 from handoff.sweep.plan import Episode, Shard
-from handoff.sweep.rundir import SweepRun
 from handoff.sweep.run import compose
+from handoff.sweep.rundir import SweepRun
 from handoff.testing.openai_server import FaultServer, chat_completion
 from tests.support import sim
 from tests.support.agent import api_episode

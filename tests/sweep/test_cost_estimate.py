@@ -31,11 +31,11 @@ def test_the_terminal_gets_each_checkpoints_estimate_after_its_first_episodes_an
     for _ in range(FIRST_EPISODES):
         bar.episode_done("local", 10, LOCAL)
     assert out.getvalue().splitlines() == [
-        "[plan] cost estimate: gpt ~$1.60 for its 40 planned episodes ($0.0400 per episode, the mean of its first "
-        "5 finished); the plan: ~$1.60 (1 of 2 checkpoints estimated)",
-        "[plan] cost estimate: local ~240 engine-s, ~480 GPU-s for its 20 planned episodes (12.0 engine-s, "
-        "24.0 GPU-s per episode, the mean of its first 5 finished); the plan: ~$1.60, ~240 engine-s, ~480 GPU-s "
-        "(2 of 2 checkpoints estimated)"]
+        ("[plan] cost estimate: gpt ~$1.60 for its 40 planned episodes ($0.0400 per episode, the mean of its first "
+         "5 finished); the plan: ~$1.60 (1 of 2 checkpoints estimated)"),
+        ("[plan] cost estimate: local ~240 engine-s, ~480 GPU-s for its 20 planned episodes (12.0 engine-s, "
+         "24.0 GPU-s per episode, the mean of its first 5 finished); the plan: ~$1.60, ~240 engine-s, ~480 GPU-s "
+         "(2 of 2 checkpoints estimated)")]
 
 
 def test_a_model_without_a_price_is_estimated_n_a_with_the_reason_never_0():
