@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from handoff.records import cost_units
+from handoff.records import Cost, cost_units
 from handoff.report.cost import NO_COST, CostMetrics, CostStat
 from handoff.report.reducer import GroupMetrics
 from handoff.rules.metrics import Interval
@@ -90,3 +90,17 @@ def cost_section(slices: list[GroupMetrics], table: Callable[[list[str], list[li
     rows = [row for g in slices for row in slice_rows(g, episodes)]
     why = notes(slices)
     return [INTRO, "", *table(HEADER, rows), *(["", "Why a value is n/a:", *why] if why else []), ""]
+
+
+def episode_cost(cost: Cost | None) -> str:
+    """One episode's cost, for its transcript page: its units (as the table's), wall time by part and
+    cached prompt tokens; n/a with the reason for a record without cost fields."""
+    if cost is None:
+        return NO_COST
+    engine_s = cost.agent_engine_s + cost.user_engine_s
+    shown = {"usd": f"$ n/a ({cost.no_price})" if cost.usd is None else f"${cost.usd:.4f}",
+             "engine_s": f"{engine_s:.1f} engine-s (agent {cost.agent_engine_s:.1f}, user {cost.user_engine_s:.1f})",
+             "gpu_s": f"{cost.gpu_s:.1f} GPU-s"}
+    return "; ".join([*(shown[u] for u in cost_units(cost.usd, engine_s)),
+                      f"wall time: agent {cost.agent_s:.1f} s, user {cost.user_s:.1f} s, tools {cost.tool_s:.1f} s",
+                      f"cached prompt tokens: agent {cost.agent_cached_tokens:,}, user {cost.user_cached_tokens:,}"])

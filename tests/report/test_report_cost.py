@@ -183,3 +183,12 @@ def test_browser_report_page_shows_the_cost_table(reported):
     api = reduction.group("api", "airline").cost.usd
     assert f"0.0250 [{api.per_tau2_success.lo:.4f}, {api.per_tau2_success.hi:.4f}] over 4" in cells
     assert any("litellm has no price for tiny-hermes" in li["text"] for li in shown.having(tag="li"))
+
+
+def test_each_episode_page_states_its_cost_or_why_it_has_none(reported):
+    run, _ = reported
+    pages = {p.name.split("__")[0]: p.read_text() for p in run.report.glob("episodes/transcripts/*/*__0__0.html")}
+    assert "<td><b>cost</b></td><td>$0.0100; wall time: agent 2.0 s, user 1.0 s, tools 0.1 s;" in pages["api"]
+    assert "<td>3.0 engine-s (agent 3.0, user 0.0); 6.0 GPU-s; wall time: agent 3.0 s" in pages["local"]
+    assert "<td>$ n/a (litellm has no price for tiny-hermes); wall time" in pages["unpriced"]
+    assert "<td>n/a: recorded before shard schema version 2 (no cost fields)</td>" in pages["old"]
