@@ -104,3 +104,18 @@ def episode_cost(cost: Cost | None) -> str:
     return "; ".join([*(shown[u] for u in cost_units(cost.usd, engine_s)),
                       f"wall time: agent {cost.agent_s:.1f} s, user {cost.user_s:.1f} s, tools {cost.tool_s:.1f} s",
                       f"cached prompt tokens: agent {cost.agent_cached_tokens:,}, user {cost.user_cached_tokens:,}"])
+
+
+def side_cost(cost: CostMetrics | None) -> str:
+    """A checkpoint's cost on one line (`handoff compare`'s text): each unit's total, per episode and per
+    success with their intervals; n/a with the reason."""
+    if cost is None or cost.n_costed == 0:
+        return NO_COST
+    parts = []
+    for unit in shown_units(cost):
+        stat = getattr(cost, unit)
+        label, total, per_episode, per_tau2, per_correct = unit_cells(stat, unit)
+        why = f" ({stat.note})" if stat.total is None and stat.note else ""
+        parts.append(f"{label} {total} in all{why}, {per_episode} per episode, {per_tau2} per tau2 success, "
+                     f"{per_correct} per correct hand-off decision")
+    return "; ".join(parts)

@@ -192,3 +192,22 @@ def test_each_episode_page_states_its_cost_or_why_it_has_none(reported):
     assert "<td>3.0 engine-s (agent 3.0, user 0.0); 6.0 GPU-s; wall time: agent 3.0 s" in pages["local"]
     assert "<td>$ n/a (litellm has no price for tiny-hermes); wall time" in pages["unpriced"]
     assert "<td>n/a: recorded before shard schema version 2 (no cost fields)</td>" in pages["old"]
+
+
+def test_compare_text_states_each_sides_cost_with_intervals_and_n_a_with_the_reason(tmp_path, capsys):
+    from handoff.cli import main
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL),
+                                           "c-0": records("unpriced", UNPRICED), "d-0": records("old", None)}, "c")
+    api = reduce_run(run).group("api", "airline").cost.usd
+    assert main(["compare", str(run), "--a", "api", "--b", "local"]) == 0
+    lines = {line[:6]: line for line in capsys.readouterr().out.splitlines() if line.startswith("cost ")}
+    assert lines["cost A"].startswith(
+        f"cost A: dollars 0.1000 in all, 0.0250 [{api.per_episode.lo:.4f}, {api.per_episode.hi:.4f}] per episode, "
+        f"0.0250 [{api.per_tau2_success.lo:.4f}, {api.per_tau2_success.hi:.4f}] over 4 per tau2 success, ")
+    assert lines["cost B"].startswith("cost B: engine-s 12.0 in all, 3.0 [3.0, 3.0] per episode")
+    assert "; GPU-s 24.0 in all, 6.0 [6.0, 6.0] per episode" in lines["cost B"]
+    assert main(["compare", str(run), "--a", "unpriced", "--b", "old"]) == 0
+    out = capsys.readouterr().out
+    assert "cost A: dollars n/a in all (litellm has no price for tiny-hermes), n/a per episode" in out
+    assert "cost B: n/a: recorded before shard schema version 2 (no cost fields)" in out
