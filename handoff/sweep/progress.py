@@ -1,5 +1,6 @@
 """The sweep's progress: finished episodes and engine requests (the agent's and the user simulator's
-turns) per checkpoint, with a rate and an estimate of the time left.
+turns) per checkpoint, with a rate and an estimate of the time left; and, from each checkpoint's first
+finished episodes, an estimate of the plan's cost (handoff.sweep.cost_estimate), a line once each.
 
 Engine replicas count the requests they serve per checkpoint and role (EngineHost.served); the
 driver polls them every few seconds without waiting (`poll`) and reports each finished episode
