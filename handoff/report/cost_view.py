@@ -19,7 +19,7 @@ from handoff.rules.metrics import Interval
 
 HEADER = ["checkpoint", "step", "domain", "unit", "episodes", "total", "per episode", "per tau2 success",
           "per correct hand-off decision"]
-UNITS = {"usd": ("dollars", 4), "engine_s": ("engine-s", 1), "gpu_s": ("GPU-s", 1)}  # label, decimals
+UNIT_LABELS = {"usd": ("dollars", 4), "engine_s": ("engine-s", 1), "gpu_s": ("GPU-s", 1)}  # label, decimals
 INTRO = ("Cost per episode: the mean, normal 95% interval. Cost per success: the slice's total over its tau2 "
          "successes (reward 1) or its correct hand-off decisions, delta-method 95% interval, `over k` the "
          "successes it rests on (docs/metrics.md, \"Cost\"). Dollars are litellm's price for API models; local "
@@ -47,7 +47,7 @@ def per_success(iv: Interval, digits: int) -> str:
 
 
 def unit_cells(stat: CostStat, unit: str) -> list[str]:
-    label, digits = UNITS[unit]
+    label, digits = UNIT_LABELS[unit]
     if stat.total is None:
         return [label, "n/a", "n/a", "n/a", "n/a"]
     return [label, f"{stat.total:.{digits}f}", amount(stat.per_episode, digits),
@@ -77,7 +77,7 @@ def notes(slices: list[GroupMetrics]) -> list[str]:
         for unit in shown_units(g.cost):
             stat = getattr(g.cost, unit)
             if stat.total is None and stat.note:
-                seen[(g.model, f"{UNITS[unit][0]}: {stat.note}")] = None
+                seen[(g.model, f"{UNIT_LABELS[unit][0]}: {stat.note}")] = None
     return [f"- {model}: {why}" for model, why in seen]
 
 
