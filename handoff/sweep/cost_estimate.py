@@ -46,11 +46,16 @@ def estimate(seen: Seen) -> Estimate:
                     mean([c.gpu_s for c in seen.costs]) * seen.planned, len(seen.costs), note)
 
 
+def figure(x: float, big: float, digits: int) -> str:
+    """`x` whole from `big` up (`1,240`), else with `digits` decimals (`0.4`): a small total never reads 0."""
+    return f"{x:,.0f}" if x >= big else f"{x:.{digits}f}"
+
+
 def amounts(usd: float | None, engine_s: float, gpu_s: float, per_episode: bool = False) -> str:
-    """`~$1.24` and/or `~492 engine-s, ~0 GPU-s` (cost_units' units); per episode `$0.0310`, `12.3 engine-s`."""
-    approx, cents, secs = ("", 4, 1) if per_episode else ("~", 2, 0)
-    shown = {"usd": "$ n/a (no price)" if usd is None else f"{approx}${usd:.{cents}f}",
-             "engine_s": f"{approx}{engine_s:.{secs}f} engine-s", "gpu_s": f"{approx}{gpu_s:.{secs}f} GPU-s"}
+    """`~$1.24` and/or `~492 engine-s, ~0.4 GPU-s` (cost_units' units); per episode `$0.0310`, `12.3 engine-s`."""
+    approx = "" if per_episode else "~"
+    shown = {"usd": "$ n/a (no price)" if usd is None else f"{approx}${usd:.{4 if per_episode or usd < 1 else 2}f}",
+             "engine_s": f"{approx}{figure(engine_s, 100, 1)} engine-s", "gpu_s": f"{approx}{figure(gpu_s, 100, 1)} GPU-s"}
     return ", ".join(shown[u] for u in cost_units(usd, engine_s))
 
 

@@ -53,7 +53,7 @@ def test_a_resumed_checkpoint_with_fewer_left_is_estimated_when_they_are_done_an
     assert out.getvalue() == ""
     bar.episode_done("gpt", 3, API)
     bar.episode_done("gpt", 3, API)
-    assert out.getvalue().startswith("[plan] cost estimate: gpt ~$0.32 for its 8 planned episodes ($0.0400 per "
+    assert out.getvalue().startswith("[plan] cost estimate: gpt ~$0.3200 for its 8 planned episodes ($0.0400 per "
                                      "episode, the mean of its first 2 finished)")
 
 
@@ -63,6 +63,14 @@ def test_a_local_checkpoint_beside_an_unpriced_user_simulator_names_the_users_mi
                          user_usd_note="litellm has no price for hosted_vllm/user")
     bar.episode_done("tiny", 4, user_unpriced)
     bar.episode_done("tiny", 4, user_unpriced)
-    assert out.getvalue() == ("[plan] cost estimate: tiny $ n/a (no price), ~10 engine-s, ~0 GPU-s for its 2 planned "
+    assert out.getvalue() == ("[plan] cost estimate: tiny $ n/a (no price), ~10.0 engine-s, ~0.0 GPU-s for its 2 planned "
                               "episodes ($ n/a (no price), 5.0 engine-s, 0.0 GPU-s per episode, the mean of its first 2 "
                               "finished); no price: litellm has no price for hosted_vllm/user\n")
+
+
+def test_a_small_total_never_reads_0_and_a_large_one_reads_whole():
+    from handoff.sweep.cost_estimate import amounts
+
+    assert amounts(None, 0.45, 0.0) == "$ n/a (no price), ~0.5 engine-s, ~0.0 GPU-s"
+    assert amounts(0.0042, 0.0, 0.0) == "~$0.0042"
+    assert amounts(1234.5, 12345.0, 24690.0) == "~$1234.50, ~12,345 engine-s, ~24,690 GPU-s"
