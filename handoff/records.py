@@ -61,9 +61,26 @@ class Cost(BaseModel):
             return None
         return sum(v or 0.0 for v, _ in parts)
 
+    @property
+    def no_price(self) -> str | None:
+        """Why `usd` is None: the note of the side that has no price (None when it has one)."""
+        for value, note in ((self.agent_usd, self.agent_usd_note), (self.user_usd, self.user_usd_note)):
+            if value is None and not (note or "").startswith(LOCAL_ENGINE):
+                return note or "unknown"
+        return None
+
 
 LOCAL_ENGINE = "local engine"
 """The note of a side that ran on the sweep's engines: no dollars, its engine- and GPU-seconds instead."""
+
+
+def cost_units(usd: float | None, engine_s: float) -> list[str]:
+    """The units a cost is shown in (the report, the sweep's estimate): dollars where a side ran on an
+    API (`usd` None: no price, or above 0), engine- and GPU-seconds where a side ran on the sweep's
+    engines (`engine_s` above 0); dollars alone when neither (they are 0)."""
+    units = ["usd"] if usd is None or usd > 0 else []
+    units += ["engine_s", "gpu_s"] if engine_s else []
+    return units or ["usd"]
 
 
 class Usage(BaseModel):

@@ -42,6 +42,9 @@ class ApiModelSettings(Strict):
     concurrency: int = Field(8, ge=1, description="episodes of this model at once (the driver's cap)")
     max_retries: int = Field(6, ge=0, description="retries of a 429/5xx/connection error, per request")
     retry_backoff_s: float = Field(1.0, ge=0, description="first backoff; doubled per retry (capped at 60 s)")
+    outage_s: float = Field(900.0, gt=0, description="an outage (every request's retries spent, no episode "
+                                                     "recorded since) this long fails the model's remaining shards "
+                                                     "as infrastructure, for a resume to rerun")
     parallel_tool_calls: bool | None = Field(
         False, description="sent as parallel_tool_calls with the tools: False, as tau2's agent instruction "
                            "allows one action per turn; None: not sent")

@@ -70,6 +70,22 @@ def smollm2_engine():
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def tiny_hermes_server(tmp_path_factory):
+    """vLLM's own OpenAI server (CPU build) serving tiny-hermes with its Hermes tool parser on a free
+    port (handoff.testing.openai_server.vllm_server), started once for every real-engine test that asks
+    for it (tests/agent/test_api_agent.py, tests/sweep/test_sweep_api.py: one group under xdist's
+    loadgroup, so one worker and one server); yields its base URL. Stopped at the end of the session."""
+    from handoff.engine.models import TINY, ensure, is_built
+    from handoff.testing.openai_server import vllm_server
+
+    if not is_built(TINY):
+        pytest.skip("tiny-hermes is not built (python -m handoff.engine.models tiny)")
+    pytest.importorskip("vllm")
+    with vllm_server(ensure(TINY), "tiny-hermes", log=tmp_path_factory.mktemp("vllm") / "server.log") as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def tasks():
     """Two labelled airline and retail tasks of every rule, for synthetic runs."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from handoff.report.cost import CostMetrics, cost_metrics
+from handoff.report.cost_view import side_cost
 from handoff.report.flips import Flip, find_flips, summary
 from handoff.report.reducer import reduce_run
 from handoff.report.wandb_log import WandbError, place_of, resolve_target, run_id
@@ -189,6 +190,7 @@ def format_table(cmp: Comparison, html: Path | None = None) -> str:
         lines.append(f"{name:{width}} {'':>9} {'':>9} {_num(cs.estimate):>9}  {interval:>21}  {f'{cs.n} obs':>16}  "
                      f"{'yes' if not cs.crossed and (cs.lo > 0 or cs.hi < 0) else 'no'}")
     lines += [f"adaptive sweep, {tag}: {text}" for tag, text in cmp.decisions.items()]
+    lines += [f"cost {tag}: {side_cost(side.cost)}" for tag, side in (("A", cmp.side_a), ("B", cmp.side_b))]
     lines.append("")
     for tag, side in (("A", cmp.side_a), ("B", cmp.side_b)):
         runs = ", ".join(side.wandb_runs) or "(no W&B run)"

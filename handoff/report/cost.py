@@ -92,8 +92,7 @@ def cost_stat(costed: list[ScoredEpisode], unit: str, note: str | None = None) -
 
 
 def _why(cost: Cost) -> str:
-    return cost.agent_usd_note if cost.agent_usd is None and cost.agent_usd_note != "local engine" else \
-        cost.user_usd_note or "unknown"
+    return cost.no_price or "unknown"
 
 
 def _mean(values: list[float]) -> float | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from handoff.records import write_atomic
 from handoff.report import episodes as pages
 from handoff.report.adaptive import adaptive_result, markdown_lines
+from handoff.report.cost_view import cost_section
 from handoff.report.imported import (
     attribution_lines,
     drift_lines,
@@ -20,8 +21,15 @@ from handoff.report.imported import (
 from handoff.report.over_training import PAGE as TASK_GRID
 from handoff.report.over_training import write_task_grid
 from handoff.report.plots import all_plots
-from handoff.report.reducer import ALL, Reduction
-from handoff.report.text import LABEL_NOTE, dominant_rule, shown_domains, truncation_notes, write_text_report
+from handoff.report.reducer import ALL, GroupMetrics, Reduction
+from handoff.report.text import (
+    LABEL_NOTE,
+    dominant_rule,
+    shown_domains,
+    shown_slices,
+    truncation_notes,
+    write_text_report,
+)
 from handoff.rules.label import display_name
 from handoff.rules.metrics import ANY, Interval
 from handoff.rules.violations import STYLE_RULES, SUBSTANTIVE
@@ -96,6 +104,10 @@ def _keyed_table(reduction: Reduction, pick, filters, digits: int = 3) -> list[s
 
 def _cell(iv: Interval | None, digits: int = 3, **filters) -> str:
     return fmt(iv) if iv is None or iv.value is None else linked(fmt(iv, digits), **filters)
+
+
+def _slice_link(g: GroupMetrics, text: str) -> str:
+    return linked(text, checkpoint=g.model, domain=g.domain)
 
 
 def _headline_cell(name: str, iv: Interval | None, **filters) -> str:
@@ -249,6 +261,7 @@ def markdown(run: RunDir, reduction: Reduction, plots: dict[str, Path]) -> str:
     adaptive = adaptive_result(run)
     lines += markdown_lines(adaptive) if adaptive is not None else []
     lines += _reachable_tau2_table(reduction)
+    lines += ["## Cost", "", *cost_section(shown_slices(reduction), table, _slice_link)]
     for title, *section in SECTIONS:
         lines += [f"## {title}", ""] + _keyed_table(reduction, *section)
     lines += ["## Plots", ""] if plots else ["No episodes yet: nothing to plot.", ""]

@@ -11,6 +11,7 @@ shown apart: they fire in most episodes of every model and tell none apart).
 from __future__ import annotations
 
 from handoff.records import write_atomic
+from handoff.report.cost_view import cost_section
 from handoff.report.reducer import ALL, GroupMetrics, Reduction
 from handoff.rules.label import display_name
 from handoff.rules.metrics import ANY, Interval
@@ -145,11 +146,12 @@ def _violation_name(key: str) -> str:
 
 
 def plain_report(run: RunDir, reduction: Reduction) -> str:
-    """report.txt: the headline, then outcome classes, transfer rates by label rule, violations per
+    """report.txt: the headline, then cost, outcome classes, transfer rates by label rule, violations per
     rule and terminations, in plain text."""
     lines = [f"Hand-off report: {reduction.run}", f"Run directory {run.root}: {reduction.n_episodes} episodes, "
              f"{len(reduction.shards)} shards; failed shards: {', '.join(reduction.failed_shards) or 'none'}", "",
              *headline(reduction), ""]
+    lines += ["## Cost", "", *cost_section(shown_slices(reduction), grid)]
     lines += _keyed("Outcome classes (task label)", reduction, lambda m: m.outcomes)
     lines += _keyed("Transfer rate by label rule (task label)", reduction, lambda m: m.transfer_rate_by_rule,
                     lambda k: f"{display_name(k)} [{k}]")

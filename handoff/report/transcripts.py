@@ -11,6 +11,7 @@ import json
 from html import escape
 
 from handoff.records import EpisodeRecord, read_shard
+from handoff.report.cost_view import episode_cost
 from handoff.rules import Trajectory
 from handoff.rules.attribution import offer_message, request_message
 from handoff.rules.basis import RULE_BASIS
@@ -167,6 +168,7 @@ def _outcome_section(ep: ScoredEpisode, record: EpisodeRecord, traj: Trajectory)
                                      f"format errors {t.format_errors:g})"))
     rows.append(("tokens", f"prompt {s.prompt_tokens:,}, completion {s.completion_tokens:,}; "
                            f"{s.n_assistant_turns} agent turns"))
+    rows.append(("cost", escape(episode_cost(record.usage.cost))))
     cells = "".join(f"<tr><td><b>{k}</b></td><td>{v}</td></tr>" for k, v in rows)
     return f"<h3>Outcome</h3><table class='kv'>{cells}</table>"
 

@@ -59,6 +59,7 @@ class ModelConfig(Strict):
     concurrency: int = Field(8, ge=1)
     max_retries: int = Field(6, ge=0)
     retry_backoff_s: float = Field(1.0, ge=0)
+    outage_s: float = Field(900.0, gt=0)
     parallel_tool_calls: bool | None = False
 
     @model_validator(mode="after")

@@ -16,7 +16,10 @@ Lost infrastructure is not the episodes' fault. While an engine replica or a wor
 replicas and workers that are alive, and wait when none is. Episodes that the loss takes down are
 resubmitted without costing their shard an attempt. An outage that outlasts engine.load_timeout_s
 (no node came back with the resources needed) fails the remaining shards with a message that says
-so; a replica whose restarts are spent is dropped, and its engine set fails when none is left.
+so; a replica whose restarts are spent is dropped, and its engine set fails when none is left. An API
+model that keeps failing its requests (ApiUnavailable) has an outage clock of its own
+(api_schedule.ApiOutages): free resubmissions, one probe episode at a time, and past its outage_s its
+remaining shards fail as infrastructure, naming the model and the last error.
 
 Whose fault a failure is, is handoff.sweep.failures' `classify`; what it costs, and the outage
 clocks, are handoff.sweep.policy's (FailurePolicy, OutageClocks), tested without Ray. What is the episode's own doing
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 
 from handoff.records import EpisodeRecord
 from handoff.sweep import clock
-from handoff.sweep.api_schedule import ApiPlacement
+from handoff.sweep.api_schedule import ApiOutages, ApiPlacement
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
@@ -158,6 +161,7 @@ class Driver:
         # the engines: which replicas run, for which checkpoint and role (Ray actors unless a test's placement)
         # an API model's checkpoint runs on the workers alone (api_schedule): the pool never sees it
         self.api_ckpts = [c for c in ckpts if c.api is not None]
+        self.api_outages = ApiOutages(self.api_ckpts)  # an API down past its outage_s fails its shards
         self.pool = EnginePool(cfg, [c for c in ckpts if c.api is None], user_checkpoint(cfg),
                                placement or RayPlacement(cfg, self.log_dir))
         self.worker_cls = worker_cls  # the episode worker actor's class (bench_schedule's synthetic episodes)
@@ -300,8 +304,8 @@ class Driver:
             if pending and self.cfg.schedule == "rolling":
                 self._run_rolling(pending, user_ref, bar)
             elif pending and self.api_ckpts:  # sequential: the API checkpoints first, then each engine's
-                self._dispatch(ApiPlacement(self.api_ckpts, self._queues(pending, self.api_ckpts)), user_ref, bar,
-                               pending)
+                self._dispatch(ApiPlacement(self.api_ckpts, self._queues(pending, self.api_ckpts),
+                                            outages=self.api_outages), user_ref, bar, pending)
             for ck in self.pool.ckpts if self.cfg.schedule == "sequential" else []:
                 mine = [st for st in pending if st.shard.model == ck.name and not st.failed]
                 if mine:
@@ -368,7 +372,7 @@ class Driver:
         cap = math.ceil(len(self.workers) * self.cfg.workers.threads / self.cfg.engine.replicas)
         engines = Rolling(self, self.pool.ckpts, queues, cap, pinned) if queues else None
         api = self._queues(pending, self.api_ckpts)
-        placement = ApiPlacement(self.api_ckpts, api, engines) if api else engines
+        placement = ApiPlacement(self.api_ckpts, api, engines, self.api_outages) if api else engines
         if placement is None:
             return
         try:
@@ -402,6 +406,8 @@ class Driver:
                 for ref, error in live.dead:  # a checkpoint whose engines are all dead for good: its shards
                     self._abandon(error, bar, [st for st in states if st.shard.model == ref.checkpoint.name])
                 placement.drop_dead(live.gone)
+                for name, error in self.api_outages.expired(clock.monotonic()):  # an API down for good
+                    self._abandon(error, bar, [st for st in states if st.shard.model == name])
             room = live.capacity - len(inflight) - len(self.policy.alone) * (self.cfg.workers.threads - 1)
             for st, ep, agent, slot in placement.take(room, live.alive) if live.ready else []:
                 w = self.policy.worker_for((st.shard.id, ep.key), live.workers, self.load)
@@ -530,8 +536,9 @@ class Driver:
         if record.key in st.records:  # a late duplicate (e.g. after a timeout): keep the first
             return
         st.records[record.key] = record
+        self.api_outages.answered(st.shard.model)
         self.run.append_partial(st.shard.id, record)
-        bar.episode_done(st.shard.model, requests_of(record))
+        bar.episode_done(st.shard.model, requests_of(record), record.usage.cost)
         if st.complete:
             self._finish(st)
 
@@ -564,6 +571,7 @@ class Driver:
     def _failed(self, item: Inflight, exc: Exception, placement, bar) -> bool:
         """Resubmit the episode, at the cost the policy says; a worker's death holds it for its node's
         verdict (_judge_deaths). Returns True when something was lost."""
+        self.api_outages.failed(item.episode.model, exc, clock.monotonic())
         cost = self.policy.cost(item, exc, clock.monotonic())
         if cost is Cost.NOTHING:
             self._requeue(item, placement)

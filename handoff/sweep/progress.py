@@ -1,5 +1,6 @@
 """The sweep's progress: finished episodes and engine requests (the agent's and the user simulator's
-turns) per checkpoint, with a rate and an estimate of the time left.
+turns) per checkpoint, with a rate and an estimate of the time left; and, from each checkpoint's first
+finished episodes, an estimate of the plan's cost (handoff.sweep.cost_estimate), a line once each.
 
 Engine replicas count the requests they serve per checkpoint and role (EngineHost.served); the
 driver polls them every few seconds without waiting (`poll`) and reports each finished episode
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from handoff.engine.factory import engine_kind
+from handoff.sweep.cost_estimate import CostEstimate
 
 POLL_EVERY_S = 2.0
 UNANSWERED_S = 30.0  # a replica's counters asked for this long ago (restarting, or its node gone) are asked again
@@ -100,6 +102,7 @@ class Progress:
                  stream: TextIO | None = None, every_s: float = 30.0, clock=time.monotonic):
         """`episodes`: checkpoint name -> (episodes done already, episodes in all)."""
         self.counts = {name: Counts(total, done) for name, (done, total) in episodes.items()}
+        self.cost = CostEstimate(episodes)  # the plan's cost from the first episodes: a line each checkpoint
         self.max_steps, self.enabled, self.every_s, self.clock = max_steps, enabled, every_s, clock
         self.stream = stream or sys.stderr
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -113,11 +116,15 @@ class Progress:
         self.failures = (0, 0)  # (episode failures, failed shards)
 
     # -- what happened --------------------------------------------------------------------------
-    def episode_done(self, name: str, requests: int | None = None) -> None:
+    def episode_done(self, name: str, requests: int | None = None, cost=None) -> None:
+        """A finished episode of checkpoint `name`: its engine requests and its cost (handoff.records.Cost)."""
         c = self.counts[name]
         c.episodes_done += 1
         if requests is not None:
             c.requests_done_episodes += requests
+        estimate = self.cost.add(name, cost)
+        if estimate:
+            self.write(estimate)
         self.show()
 
     def served(self, replica_id, counters: dict) -> None:

@@ -19,42 +19,21 @@ from handoff.agent.episode import EpisodeSettings, run_episode
 from handoff.agent.finalize import termination_of
 from handoff.agent.user import UserSpec, make_user
 from handoff.engine.base import ApiUnavailable, Sampling
-from handoff.engine.models import TINY, ensure, is_built
 from handoff.records import LOCAL_ENGINE
 from handoff.settings import ApiModelSettings
 from handoff.sweep.failures import Fault, classify
 from handoff.sweep.policy import Cost, FailurePolicy
 from handoff.tasks import get_task
-from handoff.testing.openai_server import FaultServer, chat_completion, vllm_server
-from tests.support.agent import AIRLINE_USER, LOOKUP, scripted
+from handoff.testing.openai_server import FaultServer, chat_completion
+from tests.support.agent import LOOKUP, api_episode, scripted
 from tests.support.agent import chat as smollm2_chat
-
-USER_LINES = ["Hi, I need help with my reservation.", f"My user id is {AIRLINE_USER}.", "Thanks.", "###STOP###"]
-
-
-def api_episode(url: str, llm: str = "hosted_vllm/tiny-hermes", user_lines=USER_LINES, max_steps: int = 10, **api):
-    """One airline episode of the API agent at `url` against the scripted user (an engine user)."""
-    task = get_task("airline", "0")
-    user = make_user(UserSpec(), task, engine=scripted(user_lines), chat=smollm2_chat())
-    settings = ApiModelSettings(llm=llm, llm_args={"api_base": url}, **api)
-    return run_episode("airline", task, None, None, user,
-                       EpisodeSettings(max_steps=max_steps, agent_sampling=Sampling(max_tokens=64), api=settings), seed=1)
-
 
 # -- a real server: vLLM's own -------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    if not is_built(TINY):
-        pytest.skip("tiny-hermes is not built (python -m handoff.engine.models tiny)")
-    pytest.importorskip("vllm")
-    with vllm_server(ensure(TINY), "tiny-hermes", log=tmp_path_factory.mktemp("vllm") / "server.log") as url:
-        yield url
-
 
 @pytest.mark.real_engine
-def test_api_agent_tool_calls_reach_tau2_as_tool_calls(server):
-    result = api_episode(server)
+def test_api_agent_tool_calls_reach_tau2_as_tool_calls(tiny_hermes_server):
+    result = api_episode(tiny_hermes_server)
     messages = result.simulation.messages
     calls = [c for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls or []]
     answered = {m.id for m in messages if isinstance(m, ToolMessage)}
@@ -72,10 +51,10 @@ def test_api_agent_tool_calls_reach_tau2_as_tool_calls(server):
 
 
 @pytest.mark.real_engine
-def test_litellm_user_simulator_against_the_real_server(server):
+def test_litellm_user_simulator_against_the_real_server(tiny_hermes_server):
     task = get_task("airline", "0")
     user = make_user(UserSpec(kind="litellm", llm="hosted_vllm/tiny-hermes",
-                              llm_args={"api_base": server, "max_tokens": 32}), task)
+                              llm_args={"api_base": tiny_hermes_server, "max_tokens": 32}), task)
     agent = scripted([LOOKUP, "I found your profile. What else?", "Anything else?", "Goodbye."])
     settings = EpisodeSettings(max_steps=6, agent_sampling=Sampling(max_tokens=64))
     result = run_episode("airline", task, agent, smollm2_chat(), user, settings, seed=1)

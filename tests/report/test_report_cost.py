@@ -10,6 +10,7 @@ import handoff  # noqa: F401
 from handoff.records import LOCAL_ENGINE, Cost
 from handoff.report.cost import NO_COST, mean_interval, ratio_interval
 from handoff.report.reducer import reduce_run
+from handoff.rundir import RunDir
 from handoff.testing.synthetic import Behavior, episode, write_records
 
 TASKS = [("airline", "0"), ("airline", "1"), ("airline", "2"), ("airline", "3")]
@@ -94,3 +95,119 @@ def test_wandb_rows_carry_cost_with_intervals_and_leave_out_what_is_na(tmp_path)
     unpriced = cost_values(reduction.group("unpriced", "airline"))
     assert "cost/usd/total" not in unpriced and unpriced["cost/engine_s/total"] == 0  # n/a is left out, not 0
     assert cost_values(reduction.group("old", "airline")) == {}
+
+
+# -- the report's views: report.md (and report.html, rendered from it) and report.txt ----------------
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    """A run of an API model, a local engine, an unpriced API model and a run from before schema 2,
+    reported (report.md, report.html, report.txt)."""
+    from handoff.report import write_report
+
+    run = write_records(tmp_path_factory.mktemp("cost") / "run",
+                        {"a-0": records("api", API), "b-0": records("local", LOCAL),
+                         "c-0": records("unpriced", UNPRICED), "d-0": records("old", None)}, "c")
+    reduction = reduce_run(run)
+    write_report(run, reduction)
+    return RunDir(run), reduction
+
+
+def section(text: str) -> str:
+    return text.split("## Cost\n")[1].split("\n## ")[0]
+
+
+def rows_of(text: str, checkpoint: str) -> list[list[str]]:
+    """The cost rows of a checkpoint, Markdown's (| a | b |) or the plain grid's (two spaces apart)."""
+    import re
+
+    lines = [line.strip("| ") for line in section(text).splitlines()]
+    return [re.split(r" \| |  +", line) for line in lines if line.split(" ", 1)[0] == checkpoint]
+
+
+def test_report_md_and_txt_show_cost_per_episode_and_per_success_with_intervals(reported):
+    run, reduction = reported
+    api = reduction.group("api", "airline").cost.usd
+    correct = api.per_correct_handoff
+    for text in (run.report_md.read_text(), run.report_txt.read_text()):
+        [row] = rows_of(text, "api")
+        assert row[:4] == ["api", "0", "airline", "dollars"] and row[5] == "0.1000"
+        assert row[6] == f"0.0250 [{api.per_episode.lo:.4f}, {api.per_episode.hi:.4f}]"
+        assert row[7] == f"0.0250 [{api.per_tau2_success.lo:.4f}, {api.per_tau2_success.hi:.4f}] over 4"
+        assert row[8] == f"{correct.value:.4f} [{correct.lo:.4f}, {correct.hi:.4f}] over {correct.k}"
+        local = rows_of(text, "local")  # engine- and GPU-seconds, no dollars: a local engine costs none
+        assert [r[3] for r in local] == ["engine-s", "GPU-s"] and local[1][5] == "24.0" and local[1][6] == "6.0 [6.0, 6.0]"
+    assert "[4](episodes/index.html#checkpoint=api&domain=airline)" in section(run.report_md.read_text())
+
+
+def test_an_unpriced_model_and_a_run_without_cost_fields_say_n_a_with_the_reason(reported):
+    run, _ = reported
+    for text in (run.report_md.read_text(), run.report_txt.read_text()):
+        [unpriced], [old] = rows_of(text, "unpriced"), rows_of(text, "old")
+        assert unpriced[3] == "dollars" and unpriced[5:] == ["n/a"] * 4  # never 0
+        assert old[4] in ("0 of 4", "[0 of 4](episodes/index.html#checkpoint=old&domain=airline)") and old[5:] == ["n/a"] * 4
+        notes = section(text)
+        assert "- unpriced: dollars: litellm has no price for tiny-hermes" in notes
+        assert "- old: recorded before shard schema version 2 (no cost fields)" in notes
+        assert "- api:" not in notes and "- local:" not in notes  # nothing of theirs is n/a
+
+
+def test_a_reduction_from_before_the_cost_field_still_renders(reported):
+    """metrics.json written before `cost` was a group field: the groups load with cost None."""
+    from handoff.report.cost_view import cost_section
+    from handoff.report.text import grid
+
+    _, reduction = reported
+    g = reduction.group("api", "airline").model_copy(update={"cost": None})
+    lines = cost_section([g], grid)
+    assert any(line.split()[:4] == ["api", "0", "airline", "-"] and line.endswith("n/a") for line in lines)
+    assert "- api: recorded before shard schema version 2 (no cost fields)" in lines
+
+
+def test_no_success_is_said_so_in_the_cost_per_success_cell():
+    from handoff.report.cost_view import per_success
+
+    assert per_success(ratio_interval([1.0, 2.0], [False, False]), 1) == "n/a (no success)"
+    assert per_success(ratio_interval([1.0, 3.0], [True, False]), 1).startswith("4.0 [0.0, ")
+    assert per_success(ratio_interval([1.0, 3.0], [True, False]), 1).endswith("] over 1")  # the successes it rests on
+
+
+def test_browser_report_page_shows_the_cost_table(reported):
+    from tests.support import browser
+
+    run, reduction = reported
+    shown = browser.Elements(browser.dom(run.report_html))
+    tables = [t for t in shown.having(tag="table") if "per correct hand-off decision" in t["text"]]
+    assert len(tables) == 1
+    cells = [c["text"] for c in shown.having(tag="td") if tables[0] in c["parents"]]
+    api = reduction.group("api", "airline").cost.usd
+    assert f"0.0250 [{api.per_tau2_success.lo:.4f}, {api.per_tau2_success.hi:.4f}] over 4" in cells
+    assert any("litellm has no price for tiny-hermes" in li["text"] for li in shown.having(tag="li"))
+
+
+def test_each_episode_page_states_its_cost_or_why_it_has_none(reported):
+    run, _ = reported
+    pages = {p.name.split("__")[0]: p.read_text() for p in run.report.glob("episodes/transcripts/*/*__0__0.html")}
+    assert "<td><b>cost</b></td><td>$0.0100; wall time: agent 2.0 s, user 1.0 s, tools 0.1 s;" in pages["api"]
+    assert "<td>3.0 engine-s (agent 3.0, user 0.0); 6.0 GPU-s; wall time: agent 3.0 s" in pages["local"]
+    assert "<td>$ n/a (litellm has no price for tiny-hermes); wall time" in pages["unpriced"]
+    assert "<td>n/a: recorded before shard schema version 2 (no cost fields)</td>" in pages["old"]
+
+
+def test_compare_text_states_each_sides_cost_with_intervals_and_n_a_with_the_reason(tmp_path, capsys):
+    from handoff.cli import main
+
+    run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL),
+                                           "c-0": records("unpriced", UNPRICED), "d-0": records("old", None)}, "c")
+    api = reduce_run(run).group("api", "airline").cost.usd
+    assert main(["compare", str(run), "--a", "api", "--b", "local"]) == 0
+    lines = {line[:6]: line for line in capsys.readouterr().out.splitlines() if line.startswith("cost ")}
+    assert lines["cost A"].startswith(
+        f"cost A: dollars 0.1000 in all, 0.0250 [{api.per_episode.lo:.4f}, {api.per_episode.hi:.4f}] per episode, "
+        f"0.0250 [{api.per_tau2_success.lo:.4f}, {api.per_tau2_success.hi:.4f}] over 4 per tau2 success, ")
+    assert lines["cost B"].startswith("cost B: engine-s 12.0 in all, 3.0 [3.0, 3.0] per episode")
+    assert "; GPU-s 24.0 in all, 6.0 [6.0, 6.0] per episode" in lines["cost B"]
+    assert main(["compare", str(run), "--a", "unpriced", "--b", "old"]) == 0
+    out = capsys.readouterr().out
+    assert "cost A: dollars n/a in all (litellm has no price for tiny-hermes), n/a per episode" in out
+    assert "cost B: n/a: recorded before shard schema version 2 (no cost fields)" in out

@@ -44,6 +44,23 @@ def run(agent_script, user_script, domain="airline", task_id="0", seed=7, **over
     return run_episode(domain, task, scripted(agent_script), chat(), user, settings(**overrides), seed)
 
 
+API_USER_LINES = ["Hi, I need help with my reservation.", f"My user id is {AIRLINE_USER}.", "Thanks.", "###STOP###"]
+
+
+def api_episode(url: str, llm: str = "hosted_vllm/tiny-hermes", user_lines=API_USER_LINES, max_steps: int = 10,
+                task_id: str = "0", **api) -> EpisodeResult:
+    """One airline episode of the API agent (handoff.agent.api_agent) at `url` (an OpenAI-compatible
+    server) against the scripted user (an engine user); `api`: ApiModelSettings' other fields."""
+    from handoff.settings import ApiModelSettings
+
+    task = get_task("airline", task_id)
+    user = make_user(UserSpec(), task, engine=scripted(user_lines), chat=chat())
+    settings = ApiModelSettings(llm=llm, llm_args={"api_base": url}, **api)
+    return run_episode("airline", task, None, None, user,
+                       EpisodeSettings(max_steps=max_steps, agent_sampling=Sampling(max_tokens=64), api=settings),
+                       seed=1)
+
+
 def kinds(result: EpisodeResult) -> list[tuple[str, int]]:
     return [(e.kind.value, e.turn) for e in result.format_events]
 

@@ -13,7 +13,10 @@ The world (`Sim`, which is also the `ray` the driver is given):
   user replica is down (a client waiting for the replacement) and fails as EngineUnavailableError (free)
   past engine.load_timeout_s or on a replica dead for good; a worker's death fails its episodes as
   Ray does (ActorDiedError, or ActorUnavailableError on a lost node);
-- engine loads that take `load_s` (past engine.load_timeout_s: TimeoutError) or fail.
+- engine loads that take `load_s` (past engine.load_timeout_s: TimeoutError) or fail;
+- an API model's episodes (no replica), when the Sim is given `api_episode`: that callable runs the
+  episode for real (e.g. the API agent against a fault double) and its record or error arrives API_S
+  virtual seconds later, as Ray's would.
 
 Faults (`Schedule`, drawn by `draw(seed)`): worker crashes on a healthy node (restart soon, late, or
 never), worker-node loss (with or without a replacement), replica deaths (OOM-like, restart soon or
@@ -60,6 +63,7 @@ DETECT_S = 10.0  # how long a dead node is listed alive (Ray's health checks)
 LOAD_TIMEOUT_S = 60.0
 EPISODE_TIMEOUT_S = 120.0
 NEVER = float("inf")
+API_S = 5.0  # an API model's episode, in virtual seconds
 
 
 class DriverKilled(BaseException):
@@ -139,6 +143,8 @@ class Worker(Actor):
             ref.resolve(error=rx.ActorDiedError())
         elif not self.usable:
             ref.resolve(error=rx.ActorUnavailableError("Connection refused", None))
+        elif agent.checkpoint.api is not None and self.sim.api_episode is not None:
+            self.sim.api_call(ref, episode)
         else:
             self.sim.start(Run(self.sim, Episode.model_validate(episode), self, agent, user, ref))
         return ref
@@ -423,8 +429,9 @@ class Sim:
 
     exceptions = rx
 
-    def __init__(self, schedule: Schedule, job: str, faults: bool, bound_s: float):
+    def __init__(self, schedule: Schedule, job: str, faults: bool, bound_s: float, api_episode=None):
         self.schedule, self.job, self.bound = schedule, job, bound_s
+        self.api_episode = api_episode  # episode dict -> record dict, run for real (an API model's episodes)
         self.now, self.seq, self.events = 0.0, itertools.count(), []
         self.ids = itertools.count(1)
         self.machines = {"cpu0": Node(), "gpu0": Node(), "gpu1": Node()}
@@ -477,6 +484,15 @@ class Sim:
         r = Replica(self, up[i % len(up)] if up else "gpu0", load_s, i in self.schedule.failed_loads, max_restarts=3)
         self.replicas.append(r)
         return r
+
+    def api_call(self, ref: Ref, episode: dict) -> None:
+        """An API model's episode: `api_episode` runs it now, for real; its record, or its error as Ray
+        carries it (RayTaskError with the cause), arrives API_S virtual seconds later."""
+        try:
+            value, error = self.api_episode(episode), None
+        except Exception as exc:  # noqa: BLE001 - the episode's error, for the driver to sort out
+            value, error = None, rx.RayTaskError("run", repr(exc), exc)
+        self.after(API_S, lambda: ref.resolve(value, error))
 
     def start(self, run: Run) -> None:
         self.running.add(run)

