@@ -12,7 +12,8 @@ from functools import cache
 import yaml
 
 from handoff.tasks import paths
-from handoff.tasks.ids import parse_derived_id
+from handoff.tasks.domains import facts
+from handoff.tasks.ids import id_sort_key, parse_derived_id
 from handoff.tasks.upstream import SPLITS, TRANSFER_TOOL, upstream_splits
 
 TRANSFER_CLAUSE = (
@@ -92,6 +93,22 @@ def description(kind: str, parent, template: str, purpose: str, policies: str):
     return Description(purpose=purpose, relevant_policies=policies, notes=notes)
 
 
+IDENTITY_ACTIONS = ("set_user_info",)  # telecom: the initialization that puts the user's name and number on the phone
+
+
+def initial_state(domain: str, parent, identity_only: bool = False):
+    """A derived task's initial state: none where the user has no device (airline, retail: their tasks have
+    none); on telecom the parent's, which puts the user's phone in its faulty state, or with `identity_only`
+    only the user's name and number on the phone (a request that has nothing to do with the fault)."""
+    if not facts(domain).USER_DEVICE:
+        return None
+    state = parent.initial_state
+    if state is None or not identity_only:
+        return state
+    actions = [a for a in state.initialization_actions or [] if a.func_name in IDENTITY_ACTIONS]
+    return state.model_copy(update={"initialization_actions": actions})
+
+
 def transfer_criteria(summary: str):
     """Reference solution: transfer_to_human_agents (summary not compared) and no database change."""
     from tau2.data_model.tasks import Action, EvaluationCriteria, RewardType
@@ -101,8 +118,8 @@ def transfer_criteria(summary: str):
 
 
 def by_parent(tasks: list) -> list:
-    """The tasks ordered by parent id."""
-    return sorted(tasks, key=lambda t: int(parse_derived_id(t.id).parent_id))
+    """The tasks ordered by parent id: numerically (airline, retail), else by the id's text (telecom)."""
+    return sorted(tasks, key=lambda t: id_sort_key(parse_derived_id(t.id).parent_id))
 
 
 def with_templates(templates: tuple[str, ...], parents: list) -> list[tuple]:
