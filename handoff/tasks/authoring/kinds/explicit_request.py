@@ -52,6 +52,7 @@ def _explicit_request(domain: str, parent, template: str, k: int):
             derive.TRANSFER_CLAUSE,
         ),
         user_scenario=scenario,
+        initial_state=derive.initial_state(domain, parent),
         evaluation_criteria=derive.transfer_criteria(
             f"The user explicitly asks for a human agent. Their request: {request}"),
     )
