@@ -204,7 +204,7 @@ def test_known_answers_on_telecom_always_and_never_transfer(ray_cluster, tmp_pat
 
     base = ["engine=scripted", "domain=telecom", "tasks.split=test", "tasks.per_kind=null", "shard_size=10",
             "workers.processes=1", "logger.mode=disabled"]
-    confusion, tasks = {}, {}
+    confusion, tasks, after_trying = {}, {}, {}
     for name, script in (("always", []), ("never", NEVER_TRANSFER)):
         overrides = [*base, *script, f"run_dir={tmp_path / name}"]
         _, summary = run_sweep(compose(overrides), overrides, progress=False)
@@ -213,6 +213,8 @@ def test_known_answers_on_telecom_always_and_never_transfer(ray_cluster, tmp_pat
         confusion[name] = {g.rule: g.metrics.handoff.confusion.model_dump()
                            for g in reduction.groups if g.domain == "telecom"}
         tasks[name] = sorted(e.score.task_id for e in reduction.episodes)
+        share = next(g for g in reduction.groups if (g.domain, g.rule) == ("telecom", "all")).metrics
+        after_trying[name] = share.unneeded_handoff_after_trying
     cells = ("tp", "fp", "tn", "fn")
     assert confusion["always"]["all"] == {"tp": 34, "fp": 39, "tn": 0, "fn": 0}
     assert confusion["never"]["all"] == {"tp": 0, "fp": 0, "tn": 39, "fn": 34}
@@ -222,3 +224,6 @@ def test_known_answers_on_telecom_always_and_never_transfer(ray_cluster, tmp_pat
         assert confusion["always"][rule] == dict(zip(cells, (positives, negatives, 0, 0))), rule
         assert confusion["never"][rule] == dict(zip(cells, (0, 0, negatives, positives))), rule
     assert tasks["always"] == tasks["never"] and len(set(tasks["always"])) == 73
+    # docs/rules.md: the always-transfer agent hands off at its first turn, before any reference action
+    assert (after_trying["always"].k, after_trying["always"].n) == (0, 39), "39 unneeded, all without trying"
+    assert after_trying["never"] is None or after_trying["never"].n == 0
