@@ -14,13 +14,26 @@ import yaml
 from handoff.tasks import paths
 from handoff.tasks.domains import facts
 from handoff.tasks.ids import id_sort_key, parse_derived_id
-from handoff.tasks.upstream import SPLITS, TRANSFER_TOOL, upstream_splits
+from handoff.tasks.upstream import POLICY_FILE, SPLITS, TRANSFER_TOOL, upstream_splits
 
 TRANSFER_CLAUSE = (
     "Transfer the user to a human agent if and only if the request cannot be handled within the scope of your "
     "actions (both policies); transfer_to_human_agents: only transfer if the user explicitly asks for a human "
     "agent or you cannot solve the user's issue with the policy and the tools."
 )
+
+
+def policy_file(domain: str) -> str:
+    """The name of the domain's agent policy, as a derived task's description cites it."""
+    return POLICY_FILE.get(domain, "policy.md")
+
+
+def transfer_clause(domain: str) -> str:
+    """TRANSFER_CLAUSE with its source: "both policies" (airline's and retail's policy.md: their tasks' text
+    as it was), else the domain's own policy file (telecom's main_policy.md holds the same clause)."""
+    if domain not in POLICY_FILE:
+        return TRANSFER_CLAUSE
+    return TRANSFER_CLAUSE.replace("(both policies)", f"({policy_file(domain)})")
 
 
 @cache

@@ -197,7 +197,7 @@ def _out_of_scope(domain: str, parent, request: catalog.OutOfScopeRequest, field
     )
     policies = (
         f"Tools checked: {request.tools_checked} Policy clauses checked: {request.policy_checked} "
-        f"Why out of scope: {request.why} {derive.TRANSFER_CLAUSE}"
+        f"Why out of scope: {request.why} {derive.transfer_clause(domain)}"
     )
     return Task(
         id=derived_id("out_of_scope", parent.id, request.id),
