@@ -403,14 +403,14 @@ def test_false_telecom_premises_are_found_and_true_ones_pass(reason, problem):
         "the user's known info names no single db customer"]
 
 
-def test_telecom_hard_negatives_use_taus_hard_persona_and_keep_the_phones_fault():
+def test_telecom_hard_negatives_use_taus_hard_persona_and_the_phone_keeps_its_fault():
     hard = next(t for t in upstream_tasks("telecom") if t.id.endswith("[PERSONA:Hard]")).user_scenario.persona
     opening = " ".join(checks.sentences(hard)[:2])  # "At 64 years old, ... uneasy and overwhelmed."
     tasks = load_tasks("telecom", kinds=["hard_negative"])
     with_hard = [t for t in tasks if t.user_scenario.persona.startswith(opening)]
     assert {parse_derived_id(t.id).template for t in with_hard} == {"impatient", "rude", "threatening"}
     assert len(with_hard) == 9, "docs/tasks.md: 9 of the 30 hard negatives are played by it"
-    for task in tasks:
+    for task in tasks + load_tasks("telecom", kinds=["explicit_request"]):
         parent = parents("telecom")[parse_derived_id(task.id).parent_id]
         assert task.initial_state == parent.initial_state, "the user's phone starts with the parent's faults"
     for task in load_tasks("telecom", kinds=["out_of_scope"]):
