@@ -35,15 +35,14 @@ def _cpu(fn) -> tuple[float, object]:
     return time.process_time() - start, result
 
 
-def bench_domain(domain: str, n_tasks: int) -> dict:
+def compare_evaluators(domain: str, episodes: list) -> tuple[int, float, float]:
+    """(episodes, tau2's CPU s, fasteval's CPU s) over `episodes` ((task, SimulationRun) pairs), each
+    evaluated by both, alternately; AssertionError unless every RewardInfo is identical."""
     from tau2.evaluator.evaluator import EvaluationType
     from tau2.evaluator.evaluator import evaluate_simulation as tau2_evaluate
 
     from handoff.fasteval import evaluate_simulation
-    from handoff.fasteval.environments import _spec
 
-    setup_s, _ = _cpu(_spec(domain).snapshot)
-    episodes = list(_episodes(domain, n_tasks))
     tau2_s = fast_s = 0.0
     for task, sim in episodes:
         t, slow = _cpu(lambda: tau2_evaluate(sim, task, EvaluationType.ALL, False, domain))
@@ -52,7 +51,14 @@ def bench_domain(domain: str, n_tasks: int) -> dict:
             raise AssertionError(f"{domain} task {task.id}: fasteval differs from tau2")
         tau2_s += t
         fast_s += f
-    n = len(episodes)
+    return len(episodes), tau2_s, fast_s
+
+
+def bench_domain(domain: str, n_tasks: int) -> dict:
+    from handoff.fasteval.environments import _spec
+
+    setup_s, _ = _cpu(_spec(domain).snapshot)
+    n, tau2_s, fast_s = compare_evaluators(domain, list(_episodes(domain, n_tasks)))
     return {
         "episodes": n,
         "tau2_cpu_s_per_episode": round(tau2_s / n, 4),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 import handoff  # noqa: F401
-from bench.bench_eval import _cpu
+from bench.bench_eval import compare_evaluators
 from bench.common import report
 
 
@@ -31,21 +31,7 @@ def _episodes(n_tasks: int):
 
 
 def bench_telecom(n_tasks: int) -> dict:
-    from tau2.evaluator.evaluator import EvaluationType
-    from tau2.evaluator.evaluator import evaluate_simulation as tau2_evaluate
-
-    from handoff.fasteval import evaluate_simulation
-
-    episodes = list(_episodes(n_tasks))
-    tau2_s = fast_s = 0.0
-    for task, sim in episodes:
-        t, slow = _cpu(lambda: tau2_evaluate(sim, task, EvaluationType.ALL, False, "telecom"))
-        f, fast = _cpu(lambda: evaluate_simulation(sim, task, "telecom"))
-        if fast.model_dump(mode="json") != slow.model_dump(mode="json"):
-            raise AssertionError(f"telecom task {task.id}: fasteval differs from tau2")
-        tau2_s += t
-        fast_s += f
-    n = len(episodes)
+    n, tau2_s, fast_s = compare_evaluators("telecom", list(_episodes(n_tasks)))
     return {
         "episodes": n,
         "tau2_cpu_ms_per_episode": round(1000 * tau2_s / n, 2),

@@ -54,13 +54,18 @@ def _tasks_of_kind(domain: str, kind: str, task_set: str) -> tuple:
         return upstream_tasks(domain, task_set)
     if kind not in DERIVED_KINDS:
         raise ValueError(f"unknown task kind {kind!r}: expected some of {', '.join(KINDS)}")
-    return _derived(domain, kind, paths.REPO_ROOT)
+    derived = _derived(domain, kind, paths.REPO_ROOT)
+    if task_set == DEFAULT_SET:
+        return derived
+    parents = {t.id for t in upstream_tasks(domain, task_set)}  # a derived task is in its parent's sets
+    return tuple(t for t in derived if parse_derived_id(t.id).parent_id in parents)
 
 
 def load_tasks(domain: str, split: str | None = None, kinds: list[str] | None = None,
                task_set: str = DEFAULT_SET) -> list:
-    """tau2 Tasks of a domain: upstream first (tau2 order, of `task_set`), then each derived kind;
-    optionally one split."""
+    """tau2 Tasks of a domain: upstream first (tau2 order, of `task_set`), then each derived kind (those
+    whose parent is in `task_set`: every one in base and full, none in telecom's small); optionally one
+    split."""
     check_domain(domain)
     if split is not None and split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)} or None for all")

@@ -1,7 +1,8 @@
 """The task kinds by name and the ids of derived tasks (docs/tasks.md).
 
-Derived task id: "<kind>-<parent id>-<template>", e.g. "explicit_request-12-insist". A parent is used
-at most once per kind, so the id is unique; the task inherits its parent's train/test split. What each
+Derived task id: "<kind>-<parent id>-<template>", e.g. "explicit_request-12-insist", or with a telecom
+parent "hard_negative-[mms_issue]bad_network_preference[PERSONA:Hard]-rude". A parent is used at most once
+per kind, so the id is unique; the task inherits its parent's train/test split. What each
 kind is and how it is built: handoff.tasks.authoring.kinds, one module per kind.
 """
 
@@ -22,7 +23,9 @@ class DerivedRef:
     template: str
 
 
-_ID = re.compile(rf"^({'|'.join(DERIVED_KINDS)})-(\d+)-([a-z_]+)$")
+# The parent id is everything between the kind and the last "-": a template holds no "-", and no upstream id
+# ends in "-<lower case>" (airline and retail ids are numbers, telecom's end in "]").
+_ID = re.compile(rf"^({'|'.join(DERIVED_KINDS)})-(.+)-([a-z_]+)$")
 
 
 def derived_id(kind: str, parent_id: str, template: str) -> str:
@@ -33,6 +36,11 @@ def parse_derived_id(task_id: str) -> DerivedRef | None:
     """The kind, parent and template of a derived task id; None for an upstream id."""
     match = _ID.match(task_id)
     return DerivedRef(*match.groups()) if match else None
+
+
+def id_sort_key(task_id: str) -> tuple:
+    """Numeric ids (airline, retail) in numeric order, then the others (telecom's) by their text."""
+    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
 
 
 def kind_of(task_id: str) -> str:

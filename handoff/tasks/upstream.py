@@ -136,9 +136,20 @@ def write_tools(domain: str) -> frozenset[str]:
     return frozenset(name for name in tools.get_tools() if tools.tool_type(name) == ToolType.WRITE)
 
 
+# Telecom's db.toml holds lists of records; raw_db keys each by its id field, as db.json keys them.
+_TOML_KEYS = {"plans": "plan_id", "devices": "device_id", "lines": "line_id", "customers": "customer_id",
+              "bills": "bill_id"}
+
+
 @cache
 def raw_db(domain: str) -> dict:
-    """The domain's db.json as plain JSON (used to write concrete out-of-scope scenarios)."""
-    import json
+    """The domain's database as plain data (used to write concrete out-of-scope scenarios and check their
+    premises): db.json, or telecom's db.toml with each collection keyed by its records' ids."""
+    if domain != "telecom":
+        import json
 
-    return json.loads((domain_data_dir(domain) / "db.json").read_text())
+        return json.loads((domain_data_dir(domain) / "db.json").read_text())
+    import tomllib
+
+    doc = tomllib.loads((domain_data_dir(domain) / "db.toml").read_text())
+    return {name: {record[key]: record for record in doc.get(name, [])} for name, key in _TOML_KEYS.items()}

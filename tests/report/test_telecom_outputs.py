@@ -16,16 +16,14 @@ from handoff.rundir import RunDir, RunPaths
 from handoff.tasks.ids import task_slug
 from handoff.testing.synthetic import Behavior, sample_tasks, write_run
 from handoff.testing.wandb_offline import offline_runs
+from tests.support.wandb_env import isolate_wandb
 
 CHECKPOINTS = {"good": (100, Behavior(correct_handoff=0.95)), "bad": (200, Behavior(correct_handoff=0.2))}
 
 
 @pytest.fixture(autouse=True)
 def wandb_env(monkeypatch, tmp_path):
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("CONFIG", "CACHE", "DATA"):
-        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
+    isolate_wandb(monkeypatch, tmp_path / "wandb-home")
 
 
 @pytest.fixture

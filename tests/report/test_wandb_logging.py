@@ -27,6 +27,7 @@ from handoff.report.wandb_log import (
 from handoff.rundir import RunDir, RunPaths
 from handoff.testing.synthetic import Behavior, write_run
 from handoff.testing.wandb_offline import history, offline_runs
+from tests.support.wandb_env import isolate_wandb
 
 CHECKPOINTS = {"ckpt-100": (100, Behavior(correct_handoff=0.9, success=0.3)),
                "ckpt-200": (200, Behavior(correct_handoff=0.5, success=0.8)),
@@ -36,11 +37,7 @@ STEPS = [100, 200, 300]
 
 @pytest.fixture(autouse=True)
 def wandb_env(monkeypatch, tmp_path):
-    """No W&B variable of the machine leaks in; W&B's own settings files stay in the test's directory."""
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("CONFIG", "CACHE", "DATA"):
-        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
+    isolate_wandb(monkeypatch, tmp_path / "wandb-home")
 
 
 @pytest.fixture

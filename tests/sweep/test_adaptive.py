@@ -198,20 +198,32 @@ NEVER_TRANSFER = ["engine.script.agent=['Let me check your line and walk you thr
 def test_known_answers_on_telecom_always_and_never_transfer(ray_cluster, tmp_path):
     """`python -m handoff.sweep engine=scripted domain=telecom tasks.split=test tasks.per_kind=null`: the
     default script's agent always transfers (fn = tn = 0, tp > 0); an agent that never transfers gets
-    tp = fp = 0; both on the same 40 tasks (12 gold transfers)."""
+    tp = fp = 0; both on the same 73 tasks: 40 upstream (12 gold transfers) and 11 of each derived kind
+    (explicit_request and out_of_scope positives, hard_negative negatives)."""
     from handoff.report.reducer import reduce_run
 
     base = ["engine=scripted", "domain=telecom", "tasks.split=test", "tasks.per_kind=null", "shard_size=10",
             "workers.processes=1", "logger.mode=disabled"]
-    confusion, tasks = {}, {}
+    confusion, tasks, after_trying = {}, {}, {}
     for name, script in (("always", []), ("never", NEVER_TRANSFER)):
         overrides = [*base, *script, f"run_dir={tmp_path / name}"]
         _, summary = run_sweep(compose(overrides), overrides, progress=False)
-        assert summary.episodes_done == 40 and summary.episode_failures == 0
+        assert summary.episodes_done == 73 and summary.episode_failures == 0
         reduction = reduce_run(tmp_path / name)
-        (group,) = [g for g in reduction.groups if g.domain == "telecom" and g.rule == "all"]
-        confusion[name] = group.metrics.handoff.confusion.model_dump()
+        confusion[name] = {g.rule: g.metrics.handoff.confusion.model_dump()
+                           for g in reduction.groups if g.domain == "telecom"}
         tasks[name] = sorted(e.score.task_id for e in reduction.episodes)
-    assert confusion["always"] == {"tp": 12, "fp": 28, "tn": 0, "fn": 0}
-    assert confusion["never"] == {"tp": 0, "fp": 0, "tn": 28, "fn": 12}
-    assert tasks["always"] == tasks["never"] and len(set(tasks["always"])) == 40
+        share = next(g for g in reduction.groups if (g.domain, g.rule) == ("telecom", "all")).metrics
+        after_trying[name] = share.unneeded_handoff_after_trying
+    cells = ("tp", "fp", "tn", "fn")
+    assert confusion["always"]["all"] == {"tp": 34, "fp": 39, "tn": 0, "fn": 0}
+    assert confusion["never"]["all"] == {"tp": 0, "fp": 0, "tn": 39, "fn": 34}
+    expected = {"gold_transfer_action": (12, 0), "no_transfer": (0, 28), "explicit_request": (11, 0),
+                "out_of_scope": (11, 0), "hard_negative": (0, 11)}  # rule -> (positives, negatives)
+    for rule, (positives, negatives) in expected.items():
+        assert confusion["always"][rule] == dict(zip(cells, (positives, negatives, 0, 0))), rule
+        assert confusion["never"][rule] == dict(zip(cells, (0, 0, negatives, positives))), rule
+    assert tasks["always"] == tasks["never"] and len(set(tasks["always"])) == 73
+    # docs/rules.md: the always-transfer agent hands off at its first turn, before any reference action
+    assert (after_trying["always"].k, after_trying["always"].n) == (0, 39), "39 unneeded, all without trying"
+    assert after_trying["never"] is None or after_trying["never"].n == 0

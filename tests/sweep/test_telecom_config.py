@@ -19,12 +19,15 @@ SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 def test_telecom_alone_or_with_the_others_is_a_valid_sweep(tmp_path):
     alone = validate(compose([f"run_dir={tmp_path}/a", "domain=telecom", "tasks.per_kind=null"]))
     assert alone.domains() == ["telecom"] and alone.tasks.set == "base"
-    assert len(select_tasks(alone, "telecom")) == 40  # the base set's test split
+    assert len(select_tasks(alone, "telecom")) == 73  # the base set's test split: 40 upstream, 11 of each derived kind
     every = validate(compose([f"run_dir={tmp_path}/b", "domain=[airline,retail,telecom]"]))
     assert every.domains() == ["airline", "retail", "telecom"]
     full = validate(compose([f"run_dir={tmp_path}/c", "domain=telecom", "tasks.set=full", "tasks.split=null",
                              "tasks.per_kind=null"]))
-    assert len(select_tasks(full, "telecom")) == 2285
+    assert len(select_tasks(full, "telecom")) == 2285 + 90, "the full set holds base, so the derived tasks too"
+    small = validate(compose([f"run_dir={tmp_path}/d", "domain=telecom", "tasks.set=small", "tasks.split=null",
+                              "tasks.per_kind=null"]))
+    assert len(select_tasks(small, "telecom")) == 20, "no derived task has a parent in the small set"
 
 
 @pytest.mark.parametrize("overrides, message", [

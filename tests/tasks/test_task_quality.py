@@ -45,7 +45,15 @@ def findings(domain: str, kind: str, task) -> set[str]:
 def test_committed_tasks_pass_the_annotator_checks(domain, kind):
     tasks = load_tasks(domain, kinds=[kind])
     assert kinds.audit_tasks(domain, kind, tasks, parents(domain), product_classes()) == []
-    assert len(tasks) >= {"airline": 18, "retail": 30}[domain]  # airline hard negatives: 18 (issue 32)
+    assert len(tasks) >= {"airline": 18, "retail": 30, "telecom": 30}[domain]  # airline hard negatives: 18 (issue 32)
+
+
+def _problem(task) -> str:
+    """What the user calls about: the reason for the call, and on telecom the phone's faults too (τ²'s
+    telecom tasks share three reasons, one per issue, and differ in the faults their initial state injects;
+    a hard negative keeps its parent's reason)."""
+    state = task.initial_state.model_dump_json() if task.initial_state else ""
+    return f"{task.user_scenario.instructions.reason_for_call}\n{state}"
 
 
 @pytest.mark.parametrize("domain", DERIVED_DOMAINS)
@@ -53,7 +61,7 @@ def test_committed_tasks_pass_the_annotator_checks(domain, kind):
 def test_instructions_and_reasons_vary(domain, kind):
     tasks = load_tasks(domain, kinds=[kind])
     assert checks.distinct_ratio(tasks) >= 0.8
-    reasons = [t.user_scenario.instructions.reason_for_call for t in tasks]
+    reasons = [_problem(t) for t in tasks]
     assert len(set(reasons)) / len(reasons) >= 0.8
     documented = re.search(rf"\| {domain} \| {kind} \| (\d+) \| (\d+) \|", (ROOT / "docs/tasks.md").read_text())
     assert documented, f"docs/tasks.md reports no distinct-instruction count for {domain}/{kind}"
@@ -373,3 +381,38 @@ def test_a_claim_of_when_a_reservation_was_booked_is_checked():
     assert problems("You booked reservation 1KUOX2 this morning.", f"Your user id is {user}.")
     fixed = next(t for t in load_tasks("airline", kinds=["explicit_request"]) if t.id.startswith("explicit_request-48"))
     assert "morning" not in checks._facts_text(fixed) and "hours ago" not in checks._facts_text(fixed)
+
+
+# --- telecom: premises against db.toml, the Hard persona --------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason, problem", [
+    ("You want a new number for your line 555-123-2002.", None),
+    ("You want your Smartphone Pro Max unlocked; your line 555-123-2002 is on the Premium Plan.", None),
+    ("You want the line 555-123-2009 moved to your daughter's account.", "555-123-2009 is not a line of C1001"),
+    ("Your line 555-123-2002 is on the Basic Plan and you want more minutes.", "not the Basic Plan"),
+    ("You want your Pixel 7 on 555-123-2002 carrier-unlocked.", "is a Smartphone Pro Max, not a Pixel 7"),
+])
+def test_false_telecom_premises_are_found_and_true_ones_pass(reason, problem):
+    task = load_tasks("telecom", kinds=["out_of_scope"])[0]
+    changed = with_text(task, reason_for_call=reason)
+    problems = checks.premise_problems("telecom", changed, product_classes())
+    assert (problems == []) if problem is None else any(problem in p for p in problems), problems
+    nobody = with_text(task, known_info="You are Jane Doe.", reason_for_call="You want a new number.")
+    assert checks.premise_problems("telecom", nobody, product_classes()) == [
+        "the user's known info names no single db customer"]
+
+
+def test_telecom_hard_negatives_use_taus_hard_persona_and_the_phone_keeps_its_fault():
+    hard = next(t for t in upstream_tasks("telecom") if t.id.endswith("[PERSONA:Hard]")).user_scenario.persona
+    opening = " ".join(checks.sentences(hard)[:2])  # "At 64 years old, ... uneasy and overwhelmed."
+    tasks = load_tasks("telecom", kinds=["hard_negative"])
+    with_hard = [t for t in tasks if t.user_scenario.persona.startswith(opening)]
+    assert {parse_derived_id(t.id).template for t in with_hard} == {"impatient", "rude", "threatening"}
+    assert len(with_hard) == 9, "docs/tasks.md: 9 of the 30 hard negatives are played by it"
+    for task in tasks + load_tasks("telecom", kinds=["explicit_request"]):
+        parent = parents("telecom")[parse_derived_id(task.id).parent_id]
+        assert task.initial_state == parent.initial_state, "the user's phone starts with the parent's faults"
+    for task in load_tasks("telecom", kinds=["out_of_scope"]):
+        actions = task.initial_state.initialization_actions
+        assert [a.func_name for a in actions] == ["set_user_info"], "only the user's name and number on the phone"

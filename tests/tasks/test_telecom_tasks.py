@@ -8,13 +8,14 @@ from collections import Counter
 
 import pytest
 
+from handoff.rules.label import Label
 from handoff.rundir import Manifest
 from handoff.sweep.manifest import check_resumable
 from handoff.tasks import get_task, load_tasks, manifest_hashes, paths, split_of
 from handoff.tasks.authoring.labelling import read_overrides
 from handoff.tasks.authoring.review import hand_check_sample
 from handoff.tasks.golds import resolutions
-from handoff.tasks.ids import task_slug
+from handoff.tasks.ids import kind_of, task_slug
 from handoff.tasks.labels import load_labels
 from handoff.tasks.upstream import has_gold_transfer, labelled_tasks, upstream_tasks
 
@@ -56,7 +57,7 @@ def _count(labels: dict, tasks, split: str | None) -> tuple[int, int]:
 def test_telecom_labels_follow_the_gold_transfer_rule_and_are_documented():
     labels = load_labels()
     full = labelled_tasks("telecom")
-    assert {tid for d, tid in labels if d == "telecom"} == {t.id for t in full}
+    assert {tid for d, tid in labels if d == "telecom" and kind_of(tid) == "upstream"} == {t.id for t in full}
     for task in full:
         label = labels[("telecom", task.id)]
         assert label.rule == ("gold_transfer_action" if has_gold_transfer(task) else "no_transfer")
@@ -69,6 +70,19 @@ def test_telecom_labels_follow_the_gold_transfer_rule_and_are_documented():
     assert "| base | upstream | 8 / 74 | 12 / 40 | - | 20 / 114 |" in doc
     assert "| small | upstream | - | - | 2 / 20 | 2 / 20 |" in doc
     assert "| full | upstream | 8 / 74 | 12 / 40 | 12 / 2,171 | 32 / 2,285 |" in doc
+
+
+@pytest.mark.parametrize("kind, positives", [("explicit_request", True), ("out_of_scope", True),
+                                             ("hard_negative", False)])
+def test_telecom_derived_labels_per_split_are_documented(kind, positives):
+    labels = load_labels()
+    tasks = load_tasks("telecom", kinds=[kind])
+    assert {tid for d, tid in labels if d == "telecom" and kind_of(tid) == kind} == {t.id for t in tasks}
+    assert all(labels[("telecom", t.id)] == Label(should_transfer=positives, rule=kind) for t in tasks)
+    (train, n_train), (test, n_test) = (_count(labels, tasks, s) for s in ("train", "test"))
+    assert (n_train, n_test) == (19, 11) and (train, test) == ((19, 11) if positives else (0, 0))
+    row = f"| base | {kind} | {train} / {n_train} | {test} / {n_test} | - | {train + test} / {n_train + n_test} |"
+    assert row in (ROOT / "docs/tasks.md").read_text()
 
 
 def test_every_telecom_gold_transfer_is_hand_checked_against_the_workflow():

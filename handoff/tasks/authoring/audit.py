@@ -14,7 +14,8 @@
   text or inherited from the parent (the order, item or product named and its status; the reservation or
   flight named, whether it is upcoming or landed, and, for a request about who flies, whether the user is a
   passenger; when a reservation was booked; a price claim; a product option; the kind of product for the
-  complaint; bags on a reservation).
+  complaint; bags on a reservation; telecom: the phone numbers named are the customer's lines, and the plan
+  and the phone model named are those of the user's line).
 
 Which checks a kind gets is its module's (handoff.tasks.authoring.kinds); a domain's premises are checked
 by that domain's function here (PREMISES). `handoff labels build` refuses to write task sets with
@@ -227,7 +228,10 @@ def _user_keys(domain: str) -> tuple[tuple[str, re.Pattern, str, str, str], ...]
 
 
 def find_user(domain: str, text: str) -> str | None:
-    """The db user a text names by user id, email, or first and last name with zip code; None unless exactly one."""
+    """The db user a text names by user id, email, or first and last name with zip code (telecom: the
+    customer named by full name and the phone number of one of their lines); None unless exactly one."""
+    if domain == "telecom":
+        return _telecom_customer(text)
     lowered = text.lower()
     found = {
         uid for uid, pattern, email, name, zip_code in _user_keys(domain)
@@ -446,7 +450,44 @@ def _traveller_request(task) -> bool:
                 and any(r.id == ref.template and r.traveller for r in CATALOG["airline"]))
 
 
-PREMISES = {"airline": _airline_premises, "retail": _retail_premises}
+_PHONE = re.compile(r"\b\d{3}-\d{3}-\d{4}\b")
+
+
+def _customer_lines(customer_id: str) -> dict[str, dict]:
+    """phone number -> line, of the customer's lines."""
+    db = raw_db("telecom")
+    lines = (db["lines"][line] for line in db["customers"][customer_id]["line_ids"] if line in db["lines"])
+    return {line["phone_number"]: line for line in lines}
+
+
+def _telecom_customer(text: str) -> str | None:
+    found = {cid for cid, c in raw_db("telecom")["customers"].items()
+             if c["full_name"] in text and any(number in text for number in _customer_lines(cid))}
+    return found.pop() if len(found) == 1 else None
+
+
+def _telecom_premises(task, product_classes: dict[str, set[str]]) -> list[str]:
+    """The phone numbers the text names are the customer's lines; a plan or a device model it names is the
+    plan or the device of the line of the first number named (the user's own phone)."""
+    db, text = raw_db("telecom"), _facts_text(task)
+    customer = _telecom_customer(text)
+    if customer is None:
+        return ["the user's known info names no single db customer"]
+    lines = _customer_lines(customer)
+    numbers = _PHONE.findall(text)
+    problems = [f"{n} is not a line of {customer}" for n in dict.fromkeys(numbers) if n not in lines]
+    own = lines.get(numbers[0]) if numbers else None
+    if own is None:
+        return problems
+    plan, device = db["plans"].get(own["plan_id"], {}), db["devices"].get(own.get("device_id"), {})
+    problems += [f"the line {own['phone_number']} is on the {plan.get('name')}, not the {p['name']}"
+                 for p in db["plans"].values() if p["name"] in text and p is not plan]
+    problems += [f"the phone of {own['phone_number']} is a {device.get('model')}, not a {d['model']}"
+                 for d in db["devices"].values() if d["model"] in text and d is not device]
+    return problems
+
+
+PREMISES = {"airline": _airline_premises, "retail": _retail_premises, "telecom": _telecom_premises}
 
 
 def premise_problems(domain: str, task, product_classes: dict[str, set[str]]) -> list[str]:

@@ -2,7 +2,7 @@
 
 Each entry names the tools and the policy clauses that were checked and says why none of them covers
 the request, and also why the policy does not forbid it (a forbidden request must be denied, not
-transferred). By both policies, a request that cannot be handled within the scope of the agent's
+transferred). By every domain's policy, a request that cannot be handled within the scope of the agent's
 actions is transferred to a human agent. docs/out_of_scope.md is rendered from this module.
 
 `request` summarizes what the user asks for; the user's own words are in data/scenarios/<domain>.yaml
@@ -237,4 +237,97 @@ RETAIL = (
     ),
 )
 
-CATALOG = {"airline": AIRLINE, "retail": RETAIL}
+# Telecom (main_policy.md: "you can help users with technical support, overdue bill payment, line
+# suspension, and plan options"; tech_support_manual.md for the technical support). The agent's tools read
+# customers, lines, bills and data usage, suspend and resume lines, send payment requests, refuel data and
+# switch roaming; the user's tools act on the user's own phone.
+_TELECOM_READS = "get_customer_by_phone / get_customer_by_id / get_details_by_id (read only)"
+
+TELECOM = (
+    OutOfScopeRequest(
+        "port_out",
+        "You are moving your number {phone} to another carrier and need the number port authorized.",
+        f"{_TELECOM_READS}; suspend_line and resume_line (line status only); no tool ports a number.",
+        "Domain Basics (Line); Line Suspension; the four areas the agent can help with.",
+        "Number porting is neither a tool nor a clause, and nothing forbids it.",
+    ),
+    OutOfScopeRequest(
+        "add_line",
+        "A new line added to the user's account for a family member, with its own number.",
+        f"{_TELECOM_READS}; no tool creates a line or a customer.",
+        "Domain Basics (Customer: line IDs; Line statuses); Change Plan (an existing line's plan).",
+        "Lines can be read, suspended and resumed, never opened; no clause covers a new line.",
+    ),
+    OutOfScopeRequest(
+        "device_upgrade",
+        "A new phone bought through the carrier to replace the user's {device}.",
+        f"{_TELECOM_READS} (devices read only); no tool sells or ships a device.",
+        "Domain Basics (Device); Technical Support (the user's current phone).",
+        "The agent supports the phone the user has; no tool or clause sells one.",
+    ),
+    OutOfScopeRequest(
+        "international_calling",
+        "An international calling add-on for calls placed from home to another country (not roaming).",
+        "enable_roaming / disable_roaming (data roaming abroad only); refuel_data (data only).",
+        "Data Roaming (travel outside the home network); Data Refueling; Change Plan.",
+        "Roaming covers the user's own travel; calling abroad from home is covered by no tool or clause.",
+    ),
+    OutOfScopeRequest(
+        "update_address",
+        "The postal address on the user's account changed to a new one.",
+        f"{_TELECOM_READS}; no tool writes a customer profile.",
+        "Domain Basics (Customer: address); Customer Lookup.",
+        "The address can be read, not written; no clause says how to change it, nor forbids it.",
+    ),
+    OutOfScopeRequest(
+        "add_payment_method",
+        "A new debit card added to the user's account for future bills.",
+        f"{_TELECOM_READS}; send_payment_request (bills, with the methods on file).",
+        "Domain Basics (Payment Method); Overdue Bill Payment.",
+        "Payment methods are only read; no tool or clause adds one.",
+    ),
+    OutOfScopeRequest(
+        "dispute_charge",
+        "A charge on the user's bill that they do not recognize, disputed and investigated.",
+        "get_bills_for_customer and get_details_by_id (read only); send_payment_request (overdue bills only).",
+        "Domain Basics (Bill: the Disputed status); Overdue Bill Payment.",
+        "A bill may be Disputed, but no tool disputes one and no clause says how; nothing forbids it.",
+    ),
+    OutOfScopeRequest(
+        "paper_statement",
+        "Printed, itemized copies of the last three monthly statements mailed to the user.",
+        "get_bills_for_customer (data only); no document or mail tool exists.",
+        "Domain Basics (Bill); Overdue Bill Payment.",
+        "The agent can read bills but cannot issue or mail documents; no clause covers it.",
+    ),
+    OutOfScopeRequest(
+        "change_number",
+        "A new phone number for the user's line {phone}, because of spam calls.",
+        f"{_TELECOM_READS}; suspend_line / resume_line; no tool changes a line's number.",
+        "Domain Basics (Line: phone number); Line Suspension.",
+        "A line's number can be read, not changed; no clause covers a number change, nor forbids it.",
+    ),
+    OutOfScopeRequest(
+        "device_unlock",
+        "The user's {device} carrier-unlocked so that a local SIM card works in it.",
+        "the user's device tools (settings, SIM reseat, reboot) and the agent's line tools; no unlock tool.",
+        "Domain Basics (Device); Technical Support; Data Roaming (roaming is what the agent offers abroad).",
+        "Carrier unlocking appears nowhere in the tools, the policy or the tech-support manual.",
+    ),
+    OutOfScopeRequest(
+        "transfer_ownership",
+        "The line {phone} moved to the account of a relative, who takes over the bills.",
+        f"{_TELECOM_READS}; no tool moves a line between customers.",
+        "Domain Basics (Customer: line IDs; Line); Customer Lookup.",
+        "Lines belong to one customer in the database and no tool or clause moves them.",
+    ),
+    OutOfScopeRequest(
+        "close_account",
+        "The user's whole account closed and the service ended (not a temporary suspension).",
+        f"{_TELECOM_READS}; suspend_line (suspends a line, for an overdue bill or an ended contract).",
+        "Domain Basics (account status Closed, line status Closed); Line Suspension (its two reasons).",
+        "Closing is not suspending; no tool closes an account or a line, and no clause covers it.",
+    ),
+)
+
+CATALOG = {"airline": AIRLINE, "retail": RETAIL, "telecom": TELECOM}

@@ -12,14 +12,28 @@ from functools import cache
 import yaml
 
 from handoff.tasks import paths
-from handoff.tasks.ids import parse_derived_id
-from handoff.tasks.upstream import SPLITS, TRANSFER_TOOL, upstream_splits
+from handoff.tasks.domains import facts
+from handoff.tasks.ids import id_sort_key, parse_derived_id
+from handoff.tasks.upstream import POLICY_FILE, SPLITS, TRANSFER_TOOL, upstream_splits
 
 TRANSFER_CLAUSE = (
     "Transfer the user to a human agent if and only if the request cannot be handled within the scope of your "
     "actions (both policies); transfer_to_human_agents: only transfer if the user explicitly asks for a human "
     "agent or you cannot solve the user's issue with the policy and the tools."
 )
+
+
+def policy_file(domain: str) -> str:
+    """The name of the domain's agent policy, as a derived task's description cites it."""
+    return POLICY_FILE.get(domain, "policy.md")
+
+
+def transfer_clause(domain: str) -> str:
+    """TRANSFER_CLAUSE with its source: "both policies" (airline's and retail's policy.md: their tasks' text
+    as it was), else the domain's own policy file (telecom's main_policy.md holds the same clause)."""
+    if domain not in POLICY_FILE:
+        return TRANSFER_CLAUSE
+    return TRANSFER_CLAUSE.replace("(both policies)", f"({policy_file(domain)})")
 
 
 @cache
@@ -92,6 +106,22 @@ def description(kind: str, parent, template: str, purpose: str, policies: str):
     return Description(purpose=purpose, relevant_policies=policies, notes=notes)
 
 
+IDENTITY_ACTIONS = ("set_user_info",)  # telecom: the initialization that puts the user's name and number on the phone
+
+
+def initial_state(domain: str, parent, identity_only: bool = False):
+    """A derived task's initial state: none where the user has no device (airline, retail: their tasks have
+    none); on telecom the parent's, which puts the user's phone in its faulty state, or with `identity_only`
+    only the user's name and number on the phone (a request that has nothing to do with the fault)."""
+    if not facts(domain).USER_DEVICE:
+        return None
+    state = parent.initial_state
+    if state is None or not identity_only:
+        return state
+    actions = [a for a in state.initialization_actions or [] if a.func_name in IDENTITY_ACTIONS]
+    return state.model_copy(update={"initialization_actions": actions})
+
+
 def transfer_criteria(summary: str):
     """Reference solution: transfer_to_human_agents (summary not compared) and no database change."""
     from tau2.data_model.tasks import Action, EvaluationCriteria, RewardType
@@ -101,8 +131,8 @@ def transfer_criteria(summary: str):
 
 
 def by_parent(tasks: list) -> list:
-    """The tasks ordered by parent id."""
-    return sorted(tasks, key=lambda t: int(parse_derived_id(t.id).parent_id))
+    """The tasks ordered by parent id: numerically (airline, retail), else by the id's text (telecom)."""
+    return sorted(tasks, key=lambda t: id_sort_key(parse_derived_id(t.id).parent_id))
 
 
 def with_templates(templates: tuple[str, ...], parents: list) -> list[tuple]:

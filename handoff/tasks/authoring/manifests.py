@@ -20,7 +20,7 @@ from handoff.tasks.authoring.catalog_doc import render_catalog
 from handoff.tasks.authoring.kinds import derived_tasks
 from handoff.tasks.authoring.labelling import Override, apply_override, base_label, read_overrides
 from handoff.tasks.authoring.review import domain_markdown, write_review
-from handoff.tasks.ids import DERIVED_KINDS
+from handoff.tasks.ids import DERIVED_KINDS, id_sort_key
 from handoff.tasks.labels import ManifestError, load_labels
 from handoff.tasks.upstream import (
     DOMAINS,
@@ -230,17 +230,14 @@ def set_override(root: Path | None, domain: str, task_id: str, should_transfer: 
         del entries[task_id]
     else:
         entries[task_id] = override.model_dump()
-    doc["domains"] = {d: dict(sorted(e.items(), key=lambda kv: _id_key(kv[0]))) for d, e in doc["domains"].items() if e}
+    doc["domains"] = {d: dict(sorted(e.items(), key=lambda kv: id_sort_key(kv[0]))) for d, e in doc["domains"].items()
+                      if e}
     path.write_bytes(dump_json(doc))
     try:
         return build(root)
     except BaseException:
         path.write_bytes(original)
         raise
-
-
-def _id_key(task_id: str) -> tuple:
-    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
 
 
 def _hash_chain_problems(root: Path) -> list[str]:

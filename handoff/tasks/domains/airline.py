@@ -13,6 +13,8 @@ TAKEN_OFF = frozenset({"flying", "landed"})  # policy, Flight: "flying: the flig
 CHANGES = ("cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
            "update_reservation_passengers")
 
+USER_DEVICE = False  # the user has no tools: derived tasks start from the domain's database alone
+
 # Tasks per derived kind. 18 hard-negative parents (solvable, no transfer, a gold that changes the database
 # and follows the policy, handoff.tasks.authoring.gold_policy): all of them are used.
 COUNTS = {"explicit_request": 24, "out_of_scope": 24, "hard_negative": 18}

@@ -49,9 +49,10 @@ def _explicit_request(domain: str, parent, template: str, k: int):
         description=derive.description(
             "explicit_request", parent, template,
             "The user insists on a human agent: the agent must call transfer_to_human_agents and change nothing.",
-            derive.TRANSFER_CLAUSE,
+            derive.transfer_clause(domain),
         ),
         user_scenario=scenario,
+        initial_state=derive.initial_state(domain, parent),
         evaluation_criteria=derive.transfer_criteria(
             f"The user explicitly asks for a human agent. Their request: {request}"),
     )

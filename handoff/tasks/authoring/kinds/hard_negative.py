@@ -43,6 +43,7 @@ def _hard_negative(domain: str, parent, template: str, k: int):
         }
     )
     parent_purpose = parent.description.purpose if parent.description else None
+    policy = derive.policy_file(domain)
     purpose = (
         f"A difficult user ({template}) who never asks for a human, with the parent's solvable issue: the agent must "
         "solve it without a transfer."
@@ -52,8 +53,8 @@ def _hard_negative(domain: str, parent, template: str, k: int):
         description=derive.description(
             "hard_negative", parent, template,
             f"{purpose} Parent's purpose: {parent_purpose}" if parent_purpose else purpose,
-            "Deny requests that are against the policy (policy.md); transfer only if the request cannot be handled "
-            "within the scope of the agent's actions (policy.md) or the user explicitly asks for a human agent (the "
+            f"Deny requests that are against the policy ({policy}); transfer only if the request cannot be handled "
+            f"within the scope of the agent's actions ({policy}) or the user explicitly asks for a human agent (the "
             "transfer_to_human_agents tool description).",
         ),
         user_scenario=UserScenario(persona=derive.pick(text["personas"][template], k), instructions=instructions),

@@ -129,8 +129,21 @@ def _retail_fields(user: dict, request: catalog.OutOfScopeRequest) -> dict:
     return fields
 
 
+def _telecom_fields(customer: dict, request: catalog.OutOfScopeRequest) -> dict:
+    """Facts of the customer's db record: their own line (the customer's phone number), its plan and phone."""
+    db = raw_db("telecom")
+    line = next(db["lines"][i] for i in customer["line_ids"] if db["lines"][i]["phone_number"] ==
+                customer["phone_number"])
+    return {
+        "known_info": f"You are {customer['full_name']} with phone number {line['phone_number']}.",
+        "phone": line["phone_number"], "plan": db["plans"][line["plan_id"]]["name"],
+        "device": db["devices"][line["device_id"]]["model"], "city": customer["address"]["city"],
+    }
+
+
 # The facts of a domain's db user that fill the placeholders of its wordings.
-FIELDS = {"airline": _airline_fields, "retail": _retail_fields}
+FIELDS = {"airline": _airline_fields, "retail": _retail_fields, "telecom": _telecom_fields}
+USERS = {"telecom": "customers"}  # the db collection of the domain's users; others: "users"
 
 
 def _wordings(domain: str, request: catalog.OutOfScopeRequest) -> list[str]:
@@ -142,7 +155,7 @@ def _wordings(domain: str, request: catalog.OutOfScopeRequest) -> list[str]:
 
 def _fields(domain: str, user_id: str, request: catalog.OutOfScopeRequest) -> dict | None:
     """The user's facts for the request, or None when they cannot ground every wording of it."""
-    user = raw_db(domain)["users"][user_id]
+    user = raw_db(domain)[USERS.get(domain, "users")][user_id]
     fields = FIELDS[domain](user, request)
     fits = all(catalog.placeholders(w) <= fields.keys() for w in _wordings(domain, request))
     return fields if fits else None
@@ -184,7 +197,7 @@ def _out_of_scope(domain: str, parent, request: catalog.OutOfScopeRequest, field
     )
     policies = (
         f"Tools checked: {request.tools_checked} Policy clauses checked: {request.policy_checked} "
-        f"Why out of scope: {request.why} {derive.TRANSFER_CLAUSE}"
+        f"Why out of scope: {request.why} {derive.transfer_clause(domain)}"
     )
     return Task(
         id=derived_id("out_of_scope", parent.id, request.id),
@@ -195,6 +208,7 @@ def _out_of_scope(domain: str, parent, request: catalog.OutOfScopeRequest, field
             policies,
         ),
         user_scenario=scenario,
+        initial_state=derive.initial_state(domain, parent, identity_only=True),
         evaluation_criteria=derive.transfer_criteria(f"Out-of-scope request: {reason}"),
     )
 
