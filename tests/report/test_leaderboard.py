@@ -1,6 +1,7 @@
 """`handoff leaderboard`: one row per checkpoint across runs and imports, with n and intervals, the
 tasks each row rests on, rows of other task sets marked, --common restricting all to the shared
-tasks, and an HTML table that sorts (headless Chromium)."""
+tasks, and an HTML table that sorts (headless Chromium). On real data: the five tau2 files of
+../shared, each imported into a run of its own, and a scripted sweep make one table of six rows."""
 
 from __future__ import annotations
 
@@ -89,25 +90,85 @@ def test_html_sorts_by_a_column_and_lists_each_rows_tasks(runs, tmp_path, capsys
         assert labels == [f"{r['run']}:{r['checkpoint']}" for r in expected], order
 
 
-@pytest.mark.ray
-@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} (the shared real trajectories) is absent")
-def test_imported_real_files_and_a_scripted_sweep_make_one_table(tmp_path, capsys):
-    files = sorted(SHARED.glob("gpt-4.1*airline*.json.gz"))
-    assert len(files) == 2
-    imported = tmp_path / "imported"
-    assert main(["import", *map(str, files), "--run-dir", str(imported), "--checkpoint", "gpt-4.1-sft",
-                 "--checkpoint", "gpt-4.1"]) == 0
-    capsys.readouterr()
-    sweep = tmp_path / "sweep"
+def submission(path: Path) -> tuple[str, str]:
+    """A shared file's run name (its submission: the name's part before `__`) and checkpoint (its model)."""
+    source = path.name.split("__")[0]
+    return source, source.split("_")[0]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Each real file of ../shared imported into a run of its own, and a scripted sweep: six runs."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} (the shared real trajectories) is absent")
+    files = sorted(SHARED.glob("*.json.gz"))
+    assert len(files) == 5  # what shared holds: four airline files and ToolOrchestra's retail one
+    root = tmp_path_factory.mktemp("real-board")
+    imports = []
+    for path in files:
+        run, checkpoint = submission(path)
+        assert main(["import", str(path), "--run-dir", str(root / run), "--checkpoint", checkpoint]) == 0
+        imports.append(root / run)
+    sweep = root / "sweep"
     proc = subprocess.run([sys.executable, "-m", "handoff", "sweep", "engine=scripted", "domain=[airline]",
                            "tasks.per_kind=null", "tasks.limit=2", "workers.processes=1", "logger.mode=disabled",
                            "cluster.num_cpus=2", f"run_dir={sweep}"], capture_output=True, text=True, timeout=600,
                           env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = board(capsys, imported, sweep)["rows"]
-    # imported without --step, both files are step 0: a set, in name order
-    assert [r["checkpoint"] for r in rows] == ["gpt-4.1", "gpt-4.1-sft", "smollm2-135m-instruct"]
-    assert [len(r["tasks"]) for r in rows] == [20, 20, 2] and all(r["differs"] for r in rows[:2])
-    assert main(["leaderboard", str(imported), str(sweep), "--common"]) == 0
+    return imports, sweep
+
+
+REAL_ROWS = [  # run:checkpoint, domain and tasks of each file (ToolOrchestra: the 106 of 114 attributed)
+    ("claude-sonnet-4-5_aide-platform_2025-10-31:claude-sonnet-4-5", "airline", 50),
+    ("gpt-4.1-sft_feature-gym:gpt-4.1-sft", "airline", 20),
+    ("gpt-4.1_feature-gym:gpt-4.1", "airline", 20),
+    ("qwen2.5-7b_feature-gym:qwen2.5-7b", "airline", 50),
+    ("toolorchestra_nvidia_2025-12-02:toolorchestra", "retail", 106),
+    ("sweep:smollm2-135m-instruct", "airline", 2),
+]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_five_imported_real_files_and_a_sweep_make_one_table(real, capsys):
+    imports, sweep = real
+    assert main(["leaderboard", *map(str, imports), str(sweep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.split()[:3] == ["run:checkpoint", "step", "domains"] for line in lines) == 1  # one table
+    rows = [line.split() for line in lines if any(label in line for label, _, _ in REAL_ROWS)]
+    assert [(r[1], r[3], int(r[4])) for r in rows] == REAL_ROWS  # a row per checkpoint
+    assert all(r[0] == "*" for r in rows)  # each marked: no two share their tasks with every other
+    assert lines[-1].startswith("* rests on other tasks than the rest (all rows share 0)")  # airline and retail
+    assert main(["leaderboard", *map(str, imports), str(sweep), "--common"]) == 2  # no task in common
+    assert "no task in common" in capsys.readouterr().err
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_real_pair_on_the_same_tasks_is_unmarked_and_common_pairs_it_with_the_sweep(real, capsys):
+    imports, sweep = real
+    pair = [run for run in imports if run.name.startswith("gpt-4.1")]
+    assert main(["leaderboard", *map(str, pair)]) == 0
     out = capsys.readouterr().out
-    assert "Every row over the" in out and out.count("\n  imported:") == 2
+    assert "Every row rests on the same 20 tasks." in out and not any(l.startswith("*") for l in out.splitlines())
+    rows = board(capsys, *pair, sweep)["rows"]
+    # imported without --step, each file is a set at step 0: the runs in the order given
+    assert [r["checkpoint"] for r in rows] == ["gpt-4.1-sft", "gpt-4.1", "smollm2-135m-instruct"]
+    assert [r["differs"] for r in rows] == [True, True, False]  # the sweep's 2 tasks are in the test split
+    common = board(capsys, *pair, sweep, "--common")["rows"]
+    assert [len(r["tasks"]) for r in common] == [2, 2, 2] and not any(r["differs"] for r in common)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_real_board_sorts_in_chromium(real, tmp_path, capsys):
+    imports, sweep = real
+    page = tmp_path / "board.html"
+    rows = board(capsys, *imports, sweep, "--html", page)["rows"]
+    assert page.read_text().count("<p id='tasks-") == 6
+    for order, key in (("accuracy", lambda r: r["metrics"]["handoff"]["accuracy"]["value"]),
+                       ("-tasks", lambda r: len(r["tasks"]))):  # numbers, not strings: 106 > 50 > 20 > 2
+        shown = browser.Elements(browser.dom(page, f"sort={order}"))
+        labels = [e["text"] for e in shown.found if e["tag"] == "td" and e.get("data-sort", "").count(":") == 1]
+        expected = sorted(rows, key=key, reverse=order.startswith("-"))
+        assert labels == [f"{r['run']}:{r['checkpoint']}" for r in expected], order

@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from bench.scripted import model_path
+from handoff.report.text import run_headline
 from handoff.rundir import RunDirError, RunPaths, sha256_json
 from handoff.sweep.manifest import ResumeRefused
 from handoff.sweep.run import compose, prepare, run_sweep
@@ -157,4 +158,6 @@ def test_the_command_line_takes_extend_as_a_word_or_a_key(tmp_path, capsys):
     assert sweep_main([f"extend={run_dir}", "seed=3"]) == 2
     assert "refusing to extend" in capsys.readouterr().err
     assert sweep_main(["extend", str(run_dir)], prog="handoff sweep") == 0  # nothing to add: as a resume
-    assert "2/2 episodes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2/2 episodes" in out
+    assert out.startswith(run_headline(run_dir) + "\n\nsweep ")  # the headline table, as a sweep ends

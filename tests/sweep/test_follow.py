@@ -158,6 +158,7 @@ def test_follow_a_fake_trainer_killed_and_restarted_evaluates_each_checkpoint_on
         evaluated.append(step)
     assert evaluated, "no checkpoint was evaluated"
     assert "follow: stopped (step 60 >= --until-step 60)" in restarted.stdout
+    ends_with_headline(restarted.stdout, run_dir)
     rows = history(offline_runs(RunPaths(run_dir).wandb, run_id(RunDir(run_dir), "retail")))
     assert [r[STEP_METRIC] for r in rows] == evaluated
     assert [r["_step"] for r in rows] == list(range(len(evaluated)))
@@ -249,3 +250,26 @@ def test_ctrl_c_of_follow_exits_130_with_the_command_that_continues_it(tmp_path)
     again = build_parser().parse_args(shlex.split(line.split("continue with: ", 1)[1])[1:])
     assert (again.watch, again.run_dir, again.until_step, again.poll_s) == (str(ckpts), str(run_dir), 100, 0.5)
     assert again.overrides == scripted("disabled")
+
+
+def ends_with_headline(out: str, run_dir: Path) -> None:
+    """The run's headline table, as a sweep ends with it, comes last before the paths and what follow did."""
+    from handoff.report.text import run_headline
+
+    table = run_headline(run_dir)
+    assert table in out, out[-3000:]
+    assert "checkpoint" not in out[out.rindex(table) + len(table):out.index("follow: stopped")], out[-3000:]
+
+
+def test_a_follow_that_evaluates_nothing_new_still_ends_with_the_runs_headline(tmp_path, capsys):
+    from handoff.cli import main
+    from handoff.report import finish_run
+    from tests.support.runs import finished_run
+
+    run_dir = finished_run(tmp_path / "run")
+    finish_run(run_dir)
+    assert main(["follow", "--idle-timeout", "0", "--poll-s", "0.1", str(tmp_path / "ckpts"), str(run_dir),
+                 *scripted("disabled")]) == 0
+    out = capsys.readouterr().out
+    assert "follow: stopped (no new checkpoint" in out
+    ends_with_headline(out, run_dir)
