@@ -118,12 +118,12 @@ def real(tmp_path_factory):
     return imports, sweep
 
 
-REAL_ROWS = [  # run:checkpoint, domain and tasks of each file (ToolOrchestra: the 106 of 114 attributed)
+REAL_ROWS = [  # run:checkpoint, domain and tasks of each file (ToolOrchestra: all 114 attributed)
     ("claude-sonnet-4-5_aide-platform_2025-10-31:claude-sonnet-4-5", "airline", 50),
     ("gpt-4.1-sft_feature-gym:gpt-4.1-sft", "airline", 20),
     ("gpt-4.1_feature-gym:gpt-4.1", "airline", 20),
     ("qwen2.5-7b_feature-gym:qwen2.5-7b", "airline", 50),
-    ("toolorchestra_nvidia_2025-12-02:toolorchestra", "retail", 106),
+    ("toolorchestra_nvidia_2025-12-02:toolorchestra", "retail", 114),
     ("sweep:smollm2-135m-instruct", "airline", 2),
 ]
 
@@ -167,7 +167,7 @@ def test_the_real_board_sorts_in_chromium(real, tmp_path, capsys):
     rows = board(capsys, *imports, sweep, "--html", page)["rows"]
     assert page.read_text().count("<p id='tasks-") == 6
     for order, key in (("accuracy", lambda r: r["metrics"]["handoff"]["accuracy"]["value"]),
-                       ("-tasks", lambda r: len(r["tasks"]))):  # numbers, not strings: 106 > 50 > 20 > 2
+                       ("-tasks", lambda r: len(r["tasks"]))):  # numbers, not strings: 114 > 50 > 20 > 2
         shown = browser.Elements(browser.dom(page, f"sort={order}"))
         labels = [e["text"] for e in shown.found if e["tag"] == "td" and e.get("data-sort", "").count(":") == 1]
         expected = sorted(rows, key=key, reverse=order.startswith("-"))
