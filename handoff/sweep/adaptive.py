@@ -22,8 +22,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from handoff.report.adaptive import (Round, arrival_order, finished, growing_finished, growing_names, n_rounds,
-                                     next_trials, recorded_rounds, trials_so_far)
+from handoff.report.adaptive import (
+    Round,
+    arrival_order,
+    finished,
+    growing_finished,
+    growing_names,
+    n_rounds,
+    next_trials,
+    recorded_rounds,
+    trials_so_far,
+)
 from handoff.rules.sequential import METRICS, EpisodeKey, PairConfidence, arrival_spending, decide
 from handoff.sweep.driver import Driver, Summary
 from handoff.sweep.plan import Shard

@@ -7,6 +7,7 @@ stops early."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -99,12 +100,12 @@ def _advance_marker(ckpts: Path, run_dir: Path, steps: list[int], halt: threadin
     from handoff.rundir import RunPaths
     from handoff.testing.trainer import MARKER
 
-    for before, step in zip(steps, steps[1:]):
+    for before, step in itertools.pairwise(steps):
         while not halt.is_set():
             try:
                 manifest = RunPaths(run_dir).read_manifest()
                 rounds, names = recorded_rounds(manifest), growing_names(manifest)
-            except Exception:  # not written yet
+            except (OSError, ValueError):  # not written yet
                 rounds, names = [], []
             if f"policy-step{before}" in names and growing_finished(rounds, names, 1, 4):
                 break
