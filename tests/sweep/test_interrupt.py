@@ -38,12 +38,13 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp_path: Path):
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "handoff.sweep", *SLOW_SCRIPTED, f"run_dir={run_dir}"]
+def ctrl_c(cmd: list[str], run_dir: Path) -> str:
+    """Run `cmd` in its own process group, send SIGINT to the group once `run_dir` has a finished
+    shard (the engines and workers are up and the driver is mid-sweep), and check what a Ctrl-C must
+    leave: exit 130, no traceback, one `interrupted` line (returned), the whole group ended (Ray's
+    processes share it)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        # the first finished shard: the engines and workers are up and the driver is mid-sweep
         wait_for(lambda: bool(RunPaths(run_dir).shards()), "finished shard", proc)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=600)
@@ -54,15 +55,21 @@ def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     interrupted = [line for line in err.splitlines() if "interrupted" in line]
     assert len(interrupted) == 1, err
-    shards = len(RunPaths(run_dir).shards())
-    assert 1 <= shards < 4
-    assert interrupted[0].startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)")
-    assert interrupted[0].endswith(f"continue with: handoff sweep resume={run_dir}")
-    end = time.monotonic() + 120  # Ray's processes share the group: they end with the sweep
+    end = time.monotonic() + 120
     while group_alive(proc.pid) and time.monotonic() < end:
         time.sleep(0.5)
     assert not group_alive(proc.pid), subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
                                                      capture_output=True, text=True, check=False).stdout
+    return interrupted[0]
+
+
+def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    line = ctrl_c([sys.executable, "-m", "handoff.sweep", *SLOW_SCRIPTED, f"run_dir={run_dir}"], run_dir)
+    shards = len(RunPaths(run_dir).shards())
+    assert 1 <= shards < 4
+    assert line.startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)")
+    assert line.endswith(f"continue with: handoff sweep resume={run_dir}")
 
 
 def test_the_line_counts_finished_shards_and_whole_partial_episodes_only(tmp_path: Path):
@@ -106,19 +113,9 @@ def test_ctrl_c_of_a_running_multirun_exits_130_with_one_line_naming_the_resume(
     first finished): exit 130, one line naming the interrupted job's resume (and the jobs that did not
     start), no traceback, nothing of the multirun (its shared Ray, engines, workers) left running."""
     runs = [tmp_path / f"m{seed}" for seed in (0, 1)]
-    cmd = [sys.executable, *ENTRIES[entry], "-m", "seed=0,1", *SLOW_SCRIPTED, f"run_dir={tmp_path}/m${{seed}}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        wait_for(lambda: bool(RunPaths(runs[interrupted_job]).shards()), "finished shard", proc)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    [line] = [line for line in err.splitlines() if "interrupted" in line]
     run_dir = runs[interrupted_job]
+    line = ctrl_c([sys.executable, *ENTRIES[entry], "-m", "seed=0,1", *SLOW_SCRIPTED, f"run_dir={tmp_path}/m${{seed}}"],
+                  run_dir)
     shards = len(RunPaths(run_dir).shards())
     assert 1 <= shards < 4
     assert line.startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)"), line
@@ -129,8 +126,3 @@ def test_ctrl_c_of_a_running_multirun_exits_130_with_one_line_naming_the_resume(
     else:
         assert line.endswith(f"continue with: handoff sweep resume={run_dir}"), line
         assert len(RunPaths(runs[0]).shards()) == 4 and RunPaths(runs[0]).report_md.is_file()
-    end = time.monotonic() + 120  # Ray's processes share the group: they end with the multirun
-    while group_alive(proc.pid) and time.monotonic() < end:
-        time.sleep(0.5)
-    assert not group_alive(proc.pid), subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
-                                                     capture_output=True, text=True, check=False).stdout
