@@ -2,8 +2,9 @@
 each checkpoint's own trials (handoff.report.adaptive.next_trials), alpha spent in arrival order,
 the state in the manifest's rounds so that a restarted follow continues it; an extension of a
 growing adaptive run accepted, of a fixed one refused; and, on Ray, `handoff follow` with
-adaptive.enabled: a clearly better checkpoint arriving later becomes the best, a clearly worse one
-stops early."""
+adaptive.enabled (a clearly better checkpoint arriving later becomes the best, a clearly worse one
+stops early, a restart decides again what it decided) and `handoff sweep extend` of a growing
+adaptive run (a clearly worse arrival stops early)."""
 
 from __future__ import annotations
 
@@ -178,3 +179,34 @@ def test_follow_with_adaptive_rounds_finds_a_better_arrival_and_stops_a_worse_on
     assert (result.episodes, result.fixed_episodes) == (80, 96)
     rows = history(offline_runs(run.wandb, run_id(RunDir(run_dir), "retail")))
     assert [r[STEP_METRIC] for r in rows] == [10, 20, 30]
+
+
+@pytest.mark.ray
+def test_handoff_sweep_extend_of_a_growing_adaptive_run_stops_a_worse_arrival_early(ray_cluster, tmp_path):
+    """`handoff sweep extend RUN model=[tiny_hermes,smollm2]` of a finished growing adaptive run (one
+    checkpoint, topped up to its 4 trials). The scripted agent's hand-off accuracy on these 8 tasks
+    is 0.875 with tiny-hermes and 0.125 with smollm2 (the default script, as measured here): the
+    arrival is decided worse after 2 of its 4 trials, at the first other's share; the recorded
+    shards stay byte for byte, none rerun."""
+    from handoff.rundir import RunPaths
+    from handoff.sweep.__main__ import main
+
+    run_dir = tmp_path / "run"
+    overrides = ["engine=scripted", "model=[tiny_hermes]", "domain=[retail]", "tasks.per_kind=null",
+                 "tasks.limit=8", "shard_size=4", "workers.processes=1", "workers.threads=4", "logger.mode=disabled",
+                 "adaptive.enabled=true", "adaptive.growing=true", "adaptive.max_trials=4", f"run_dir={run_dir}"]
+    assert main(overrides) == 0
+    run = RunPaths(run_dir)
+    first = recorded_rounds(run.read_manifest())
+    assert first[-1].trials_by == {"tiny-hermes": 4} and first[-1].verdicts["tiny-hermes"].status == "best"
+    before = {p.name: p.read_bytes() for p in run.shards()}
+    assert main(["extend", str(run_dir), "model=[tiny_hermes,smollm2]"]) == 0
+    manifest = run.read_manifest()
+    rounds = recorded_rounds(manifest)
+    assert rounds[:len(first)] == first and manifest.extensions[-1].checkpoints_added == ["smollm2-135m-instruct"]
+    verdict = rounds[-1].verdicts["smollm2-135m-instruct"]
+    assert (verdict.status, verdict.against, verdict.mean) == ("worse", "tiny-hermes", 0.125)
+    assert rounds[-1].trials_by == {"tiny-hermes": 4, "smollm2-135m-instruct": 2}
+    assert {p.name: p.read_bytes() for p in run.shards() if p.name in before} == before
+    assert sorted(p.name.split("__")[2] for p in run.shards() if p.name.startswith("smollm2")) == [
+        "t0", "t0", "t1", "t1"]
