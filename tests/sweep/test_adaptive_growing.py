@@ -177,6 +177,8 @@ def test_follow_with_adaptive_rounds_finds_a_better_arrival_and_stops_a_worse_on
     result = adaptive_result(RunDir(run_dir))
     assert result.finished and result.growing and result.tie_set == ["policy-step20"]
     assert (result.episodes, result.fixed_episodes) == (80, 96)
+    report = (run.report / "report.md").read_text()
+    assert "**policy-step20**" in report and "The set grows (adaptive.growing)" in report
     rows = history(offline_runs(run.wandb, run_id(RunDir(run_dir), "retail")))
     assert [r[STEP_METRIC] for r in rows] == [10, 20, 30]
 
