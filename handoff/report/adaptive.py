@@ -48,13 +48,16 @@ def trials_so_far(rounds: list[Round], names: list[str]) -> dict[str, int]:
     return {name: given.get(name, 0) for name in names}
 
 
-def next_trials(rounds: list[Round], names: list[str], round_trials: int, max_trials: int) -> dict[str, int]:
+def next_trials(rounds: list[Round], names: list[str], round_trials: int, max_trials: int,
+                settle: bool = True) -> dict[str, int]:
     """A set that grows (docs/sweep.md, "A set that grows"): each checkpoint's trials per task after
     the next step. A checkpoint still undecided (or new) and the best advance their pair by a round:
     the one of the two with fewer trials gets `round_trials` more (both, when equal), up to
     `max_trials`; with no best yet, every undecided one gets a round. When no pair can advance, the
-    best gets `max_trials`: the checkpoints to come are compared with it at any depth, and no
-    checkpoint of a finished step ever gets another episode (its rows are final)."""
+    best gets `max_trials` if a checkpoint arrived after it (its row, in step order, would hold
+    theirs back) or `settle` (the run stops growing: a sweep's or an extension's end, follow's stop):
+    from then on it is compared with the checkpoints to come at any depth and its row is final. Only
+    a best that is the latest arrival waits with fewer (handoff follow, between checkpoints)."""
     trials = trials_so_far(rounds, names)
     verdicts = rounds[-1].verdicts if rounds else {}
     status = {n: verdicts[n].status if n in verdicts else "undecided" for n in names}
@@ -66,7 +69,7 @@ def next_trials(rounds: list[Round], names: list[str], round_trials: int, max_tr
     for name in (n for n in names if status[n] == "undecided"):
         level = min(min(trials[name], trials[best]) + round_trials, max_trials)
         out[name], out[best] = max(out[name], level), max(out[best], level)
-    if out == trials:
+    if out == trials and (settle or best != names[-1]):
         out[best] = max_trials
     return out
 
@@ -78,21 +81,24 @@ def growing_names(manifest) -> list[str]:
     return [n for n in arrival_order(manifest) if n not in skipped]
 
 
-def growing_finished(rounds: list[Round], names: list[str], round_trials: int, max_trials: int) -> bool:
-    """Nothing left to run, and a best decided (no checkpoint at all: nothing to decide)."""
+def growing_finished(rounds: list[Round], names: list[str], round_trials: int, max_trials: int,
+                     settle: bool = True) -> bool:
+    """Nothing left to run (next_trials), and a best decided (no checkpoint at all: nothing to decide)."""
     best = rounds and any(v.status == "best" for n, v in rounds[-1].verdicts.items() if n in names)
-    return not names or bool(best) and next_trials(rounds, names, round_trials, max_trials) == trials_so_far(
-        rounds, names)
+    return not names or bool(best) and next_trials(rounds, names, round_trials, max_trials, settle) == (
+        trials_so_far(rounds, names))
 
 
-def rounds_finished(manifest) -> bool:
-    """The run's adaptive rounds (fixed or growing) are finished; a run that is not adaptive has none."""
+def rounds_finished(manifest, settle: bool = False) -> bool:
+    """The run's adaptive rounds (fixed or growing) are finished: nothing to run now (a growing run's
+    latest best may still get trials when it stops growing or another arrives: in_rounds; with
+    `settle`, not even that: next_trials); a run that is not adaptive has none."""
     cfg = manifest.config.get("adaptive") or {}
     if not cfg.get("enabled"):
         return True
     rounds = recorded_rounds(manifest)
     if cfg.get("growing"):
-        return growing_finished(rounds, growing_names(manifest), cfg["round_trials"], cfg["max_trials"])
+        return growing_finished(rounds, growing_names(manifest), cfg["round_trials"], cfg["max_trials"], settle)
     return finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"]))
 
 
@@ -157,13 +163,13 @@ def in_rounds(run: RunDir) -> set[str]:
     if not cfg.get("enabled"):
         return set()
     rounds = recorded_rounds(run.manifest)
-    if rounds_finished(run.manifest):
-        return set()
-    if cfg.get("growing"):
+    if cfg.get("growing"):  # a checkpoint still running with fewer than max_trials (the latest best too)
         names = growing_names(run.manifest)
         trials, last = trials_so_far(rounds, names), rounds[-1].verdicts if rounds else {}
         return {n for n in names if trials[n] < cfg["max_trials"] and (n not in last or last[n].status in
                                                                           ("best", "undecided"))}
+    if rounds_finished(run.manifest):
+        return set()
     names = {s["model"] for s in run.manifest.shards}
     return names if not rounds else {n for n in names if rounds[-1].verdicts[n].status in ("best", "undecided")}
 
@@ -184,7 +190,7 @@ def manifest_trials(manifest) -> dict[str, int] | None:
     if cfg.get("growing"):
         names = growing_names(manifest)
         return (trials_so_far(rounds, names) if rounds_finished(manifest)
-                else next_trials(rounds, names, cfg["round_trials"], cfg["max_trials"]))
+                else next_trials(rounds, names, cfg["round_trials"], cfg["max_trials"], settle=False))
     last = rounds[-1] if rounds else None
     done = finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"]))
     current = last.trials if done else min((len(rounds) + 1) * cfg["round_trials"], cfg["max_trials"])

@@ -103,12 +103,13 @@ def fixed_step(prepared, rounds: list[Round]) -> Step | None:
 
 def growing_step(prepared, rounds: list[Round]) -> Step | None:
     """A set that grows (adaptive.growing): each checkpoint's next trials (next_trials), alpha spent
-    in arrival order (arrival_spending)."""
-    a, manifest = prepared.sweep.adaptive, prepared.manifest
+    in arrival order (arrival_spending). `prepared.settle` (handoff follow: False between
+    checkpoints) gives a latest best its max_trials."""
+    a, manifest, settle = prepared.sweep.adaptive, prepared.manifest, prepared.settle
     names = growing_names(manifest)
-    if growing_finished(rounds, names, a.round_trials, a.max_trials):
+    if growing_finished(rounds, names, a.round_trials, a.max_trials, settle):
         return None
-    now, target = trials_so_far(rounds, names), next_trials(rounds, names, a.round_trials, a.max_trials)
+    now, target = trials_so_far(rounds, names), next_trials(rounds, names, a.round_trials, a.max_trials, settle)
     shards = [s for s in prepared.shards if s.model in target and now[s.model] <= s.trial < target[s.model]]
     return Step(shards, max(target.values()), target, arrival_spending(arrival_order(manifest), a.confidence))
 

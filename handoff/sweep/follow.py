@@ -243,6 +243,7 @@ def _loop(run: SweepRun, base: list[str], watcher: Watcher, stop: Stop, poll_s: 
             batches, manifest = batches + 1, run.read_manifest()
         stopped = stop.reason(manifest, time.monotonic() - last_new, len(_unhandled(manifest, seen)))
         if stopped:
+            _settle(run, base, seen, manifest)
             return stopped, batches
         if watcher.arrived.wait(poll_s):
             watcher.arrived.clear()
@@ -334,7 +335,19 @@ def _unfinished(manifest: Manifest, run: SweepRun) -> bool:
     return not rounds_finished(manifest) or any(not run.shard_path(s).is_file() for s in _owed(manifest))
 
 
-def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: BatchPlan) -> None:
+def _settle(run: SweepRun, base: list[str], seen: dict[str, float], manifest: Manifest | None) -> None:
+    """At the stop, an adaptive run's latest best gets its max_trials (handoff.report.adaptive.next_trials:
+    between checkpoints it waits for the next one), so that its W&B row is written and final."""
+    from handoff.report.adaptive import rounds_finished
+
+    if manifest is not None and not rounds_finished(manifest, settle=True):
+        _run_batch(run, base, seen, BatchPlan({}), settle=True)
+
+
+def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: BatchPlan, settle: bool = False
+               ) -> None:
+    """A batch: create or extend the run by the checkpoints seen, run, reduce, log and report it.
+    `settle`: the adaptive rounds' last step gives the latest best its max_trials (_settle)."""
     from handoff.sweep.run import compose, execute, finish, prepare
 
     def accept(ck) -> bool:
@@ -345,6 +358,7 @@ def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: Bat
         prepared = prepare(cfg, [f"extend={run.root}", *base], accept, plan.skipped)
     else:
         prepared = prepare(compose(base), base, accept)
+    prepared.settle = settle
     try:
         summary = execute(prepared, progress=True)
         finish(prepared, summary)

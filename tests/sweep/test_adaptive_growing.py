@@ -39,7 +39,7 @@ def test_the_checkpoint_behind_in_a_pair_catches_up_and_equal_ones_advance_toget
     assert next_trials([behind], names, 3, 3) == {"a": 3, "b": 4, "c": 1, "new": 3}  # capped at max_trials
 
 
-def test_the_best_gets_max_trials_once_no_pair_can_advance_and_then_the_step_is_finished():
+def test_the_best_gets_max_trials_once_no_pair_can_advance_and_a_later_one_arrived_or_the_run_stops():
     names = ["a", "b", "c"]
     decided = _round(2, {"a": 2, "b": 2, "c": 1}, {"a": "best", "b": "tied", "c": "worse"})
     assert next_trials([decided], names, 1, 8) == {"a": 8, "b": 2, "c": 1}
@@ -50,6 +50,11 @@ def test_the_best_gets_max_trials_once_no_pair_can_advance_and_then_the_step_is_
     assert growing_finished([spent], names, 1, 8)  # b undecided with the whole budget: nothing left to run
     assert not growing_finished([spent], [*names, "d"], 1, 8)  # until a checkpoint arrives
     assert next_trials([spent], [*names, "d"], 1, 8) == {"a": 8, "b": 8, "c": 1, "d": 1}
+    latest = _round(4, {"a": 3, "b": 2, "c": 1}, {"a": "worse", "b": "tied", "c": "best"})
+    assert next_trials([latest], names, 1, 8, settle=False) == {"a": 3, "b": 2, "c": 1}  # waits for the next
+    assert growing_finished([latest], names, 1, 8, settle=False) and not growing_finished([latest], names, 1, 8)
+    assert next_trials([latest], names, 1, 8) == {"a": 3, "b": 2, "c": 8}  # the run stops growing
+    assert next_trials([latest], [*names, "d"], 1, 8, settle=False) == {"a": 3, "b": 2, "c": 1, "d": 1}
     no_best = _round(3, {"a": 8, "b": 8, "c": 1}, {"a": "best", "b": "undecided", "c": "worse"})
     assert not growing_finished([no_best], ["b", "c"], 1, 8)  # the best was skipped: decide again
 
@@ -108,7 +113,7 @@ def _advance_marker(ckpts: Path, run_dir: Path, steps: list[int], halt: threadin
                 rounds, names = recorded_rounds(manifest), growing_names(manifest)
             except (OSError, ValueError):  # not written yet
                 rounds, names = [], []
-            if f"policy-step{before}" in names and growing_finished(rounds, names, 1, 4):
+            if f"policy-step{before}" in names and growing_finished(rounds, names, 1, 4, settle=False):
                 break
             halt.wait(0.3)
         (ckpts / f".{MARKER}.tmp").write_text(str(step))
@@ -133,12 +138,14 @@ def _follow(ckpts: Path, run_dir: Path, steps: list[int], accuracy: str):
 def test_follow_with_adaptive_rounds_finds_a_better_arrival_and_stops_a_worse_one_early(ray_cluster, tmp_path,
                                                                                        monkeypatch):
     """Three checkpoints arrive one by one (known answers: accuracy 0.5, then 1.0, then 0.0; 8
-    tasks, up to 4 trials, margin 0): the first is the best and gets the 4 trials; the second, far
-    better, becomes the best, the first is decided worse against it; the third, far worse, is decided
-    worse after 2 of its 4 trials. Follow stops after the second checkpoint and its last two
-    decisions are taken out of the manifest (a follow killed after their shards, before their
-    decisions were written): started again, follow decides them again from the shards on disk, the
-    same decisions at the same shares, rerunning nothing. W&B holds a row per checkpoint at its step."""
+    tasks, up to 4 trials, margin 0): the first is the best alone (a round, waiting for the next);
+    the second, far better, becomes the best, the first is decided worse against it after 3 trials;
+    the third, far worse, is decided worse after 2 of its 4 trials, and the best then gets its 4.
+    Follow stops after the second checkpoint (its stop gives the latest best its 4 trials) and the
+    last decision and that step are taken out of the manifest (a follow killed after the decision's
+    shards, before it was written): started again, follow decides it again from the shards on disk,
+    the same decision at the same share, rerunning nothing. W&B holds a row per checkpoint at its
+    step."""
     from handoff.report.adaptive import adaptive_result, scheduled_trials
     from handoff.report.wandb_log import STEP_METRIC, run_id
     from handoff.rundir import RunDir, RunPaths
@@ -164,19 +171,20 @@ def test_follow_with_adaptive_rounds_finds_a_better_arrival_and_stops_a_worse_on
     manifest = run.read_manifest()
     assert manifest.config["adaptive"]["growing"] is True
     rounds = recorded_rounds(manifest)
-    assert rounds[:len(decided)] == decided  # decided again, identically
+    assert rounds[:len(decided) - 1] == decided[:-1]  # decided again, identically (the stop's step: at the end)
     assert {p.name: p.stat().st_mtime_ns for p in run.shards() if p.name in shards} == shards  # nothing rerun
     final = rounds[-1].verdicts
     assert {n: v.status for n, v in final.items()} == {
         "policy-step10": "worse", "policy-step20": "best", "policy-step30": "worse"}
     assert final["policy-step10"].against == final["policy-step30"].against == "policy-step20"
-    assert rounds[-1].trials_by == {"policy-step10": 4, "policy-step20": 4, "policy-step30": 2}
+    assert decided[-1].trials_by == {"policy-step10": 3, "policy-step20": 4}  # the first stop's step
+    assert rounds[-1].trials_by == {"policy-step10": 3, "policy-step20": 4, "policy-step30": 2}
     assert scheduled_trials(RunDir(run_dir))["policy-step30"] == 2
     assert sorted(p.name.split("__")[2] for p in run.shards() if p.name.startswith("policy-step30")) == [
         "t0", "t0", "t1", "t1"]  # 2 of its 4 trials
     result = adaptive_result(RunDir(run_dir))
     assert result.finished and result.growing and result.tie_set == ["policy-step20"]
-    assert (result.episodes, result.fixed_episodes) == (80, 96)
+    assert (result.episodes, result.fixed_episodes) == (72, 96)
     report = (run.report / "report.md").read_text()
     assert "**policy-step20**" in report and "The set grows (adaptive.growing)" in report
     rows = history(offline_runs(run.wandb, run_id(RunDir(run_dir), "retail")))
