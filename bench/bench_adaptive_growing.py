@@ -5,8 +5,8 @@ The episodes are simulated with the scripted engine's known-answer statistic (as
 checkpoint c is right in episode (task, trial) of seed s iff a draw falls below accuracy[c]; `--draws
 seed` shares the draw between checkpoints (the test double as the sweep runs it), `--draws
 independent` gives each its own (the harder case). The checkpoints arrive in the scenario's order,
-each once the steps of those before are finished (one follow batch per checkpoint); the steps are
-the sweep's own (handoff.report.adaptive.next_trials, growing_finished), decided by
+each once the steps of those before are finished (one follow batch per checkpoint), and follow
+stops after the last (its settling step); the steps are the sweep's own (handoff.report.adaptive.next_trials, growing_finished), decided by
 handoff.rules.sequential.decide at arrival_spending's shares on the trials each step gave
 (handoff.sweep.adaptive.within).
 
@@ -48,9 +48,9 @@ def one_seed(seed: int, accuracy: dict[str, float], args) -> Round:
                   for t in range(args.tasks) for k in range(args.max_trials)} for c, p in accuracy.items()}
     shares = arrival_spending(names, args.confidence)
     for arrived in range(1, len(names) + 1):
-        present = names[:arrived]
-        while not growing_finished(rounds, present, args.round_trials, args.max_trials):
-            target = next_trials(rounds, present, args.round_trials, args.max_trials)
+        present, settle = names[:arrived], arrived == len(names)  # follow's stop after the last
+        while not growing_finished(rounds, present, args.round_trials, args.max_trials, settle):
+            target = next_trials(rounds, present, args.round_trials, args.max_trials, settle)
             previous = rounds[-1].verdicts if rounds else {}
             verdicts = decide(within({c: values[c] for c in present}, target), previous, len(rounds) + 1,
                               args.margin, args.confidence, args.round_trials, args.max_trials, shares)
