@@ -117,17 +117,22 @@ def identical_pair_told_apart(tasks, args) -> int:
     return count
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=list(SCENARIOS), default="done-when")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--draws", choices=["seed", "independent"], default="seed")
+def rounds_parser(doc: str, scenarios: list[str], seeds: int, draws: str) -> argparse.ArgumentParser:
+    """The options of a benchmark of adaptive rounds over simulated known answers."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=scenarios, default=scenarios[0])
+    parser.add_argument("--seeds", type=int, default=seeds)
+    parser.add_argument("--draws", choices=["seed", "independent"], default=draws)
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument("--max-trials", type=int, default=8)
     parser.add_argument("--round-trials", type=int, default=1)
     parser.add_argument("--out")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = rounds_parser(__doc__, list(SCENARIOS), seeds=20, draws="seed").parse_args()
     args.independent = args.draws == "independent"
     accuracy, tasks = SCENARIOS[args.scenario], test_tasks()
     started = time.perf_counter()

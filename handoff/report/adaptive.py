@@ -19,6 +19,7 @@ class Round(BaseModel):
     round: int
     trials: int
     verdicts: dict[str, Verdict]
+    trials_by: dict[str, int] | None = None  # a set that grows (adaptive.growing): each checkpoint's trials
 
 
 def n_rounds(max_trials: int, round_trials: int) -> int:
@@ -32,6 +33,73 @@ def recorded_rounds(manifest) -> list[Round]:
 def finished(rounds: list[Round], max_rounds: int) -> bool:
     return bool(rounds) and (len(rounds) >= max_rounds or
                              all(v.status != "undecided" for v in rounds[-1].verdicts.values()))
+
+
+def arrival_order(manifest) -> list[str]:
+    """The run's checkpoints in the order they joined it: its first plan's (in the plan's order),
+    then each extension's (handoff sweep extend, handoff follow). Outcomes never change it."""
+    added = [name for extension in manifest.extensions for name in extension.checkpoints_added]
+    return [c["name"] for c in manifest.checkpoints if c["name"] not in set(added)] + added
+
+
+def trials_so_far(rounds: list[Round], names: list[str]) -> dict[str, int]:
+    """A set that grows: each checkpoint's trials per task after the last decided round (0: none yet)."""
+    given = (rounds[-1].trials_by or {}) if rounds else {}
+    return {name: given.get(name, 0) for name in names}
+
+
+def next_trials(rounds: list[Round], names: list[str], round_trials: int, max_trials: int,
+                settle: bool = True) -> dict[str, int]:
+    """A set that grows (docs/sweep.md, "A set that grows"): each checkpoint's trials per task after
+    the next step. A checkpoint still undecided (or new) and the best advance their pair by a round:
+    the one of the two with fewer trials gets `round_trials` more (both, when equal), up to
+    `max_trials`; with no best yet, every undecided one gets a round. When no pair can advance, the
+    best gets `max_trials` if a checkpoint arrived after it (its row, in step order, would hold
+    theirs back) or `settle` (the run stops growing: a sweep's or an extension's end, follow's stop):
+    from then on it is compared with the checkpoints to come at any depth and its row is final. Only
+    a best that is the latest arrival waits with fewer (handoff follow, between checkpoints)."""
+    trials = trials_so_far(rounds, names)
+    verdicts = rounds[-1].verdicts if rounds else {}
+    status = {n: verdicts[n].status if n in verdicts else "undecided" for n in names}
+    best = next((n for n in names if status[n] == "best"), None)
+    if best is None:
+        return {n: min(trials[n] + round_trials, max_trials) if status[n] == "undecided" else trials[n]
+                for n in names}
+    out = dict(trials)
+    for name in (n for n in names if status[n] == "undecided"):
+        level = min(min(trials[name], trials[best]) + round_trials, max_trials)
+        out[name], out[best] = max(out[name], level), max(out[best], level)
+    if out == trials and (settle or best != names[-1]):
+        out[best] = max_trials
+    return out
+
+
+def growing_names(manifest) -> list[str]:
+    """The checkpoints a growing adaptive run decides on: all it holds, in arrival order, but those
+    skipped (deleted before their episodes finished: handoff follow)."""
+    skipped = manifest.skipped()
+    return [n for n in arrival_order(manifest) if n not in skipped]
+
+
+def growing_finished(rounds: list[Round], names: list[str], round_trials: int, max_trials: int,
+                     settle: bool = True) -> bool:
+    """Nothing left to run (next_trials), and a best decided (no checkpoint at all: nothing to decide)."""
+    best = rounds and any(v.status == "best" for n, v in rounds[-1].verdicts.items() if n in names)
+    return not names or bool(best) and next_trials(rounds, names, round_trials, max_trials, settle) == (
+        trials_so_far(rounds, names))
+
+
+def rounds_finished(manifest, settle: bool = False) -> bool:
+    """The run's adaptive rounds (fixed or growing) are finished: nothing to run now (a growing run's
+    latest best may still get trials when it stops growing or another arrives: in_rounds; with
+    `settle`, not even that: next_trials); a run that is not adaptive has none."""
+    cfg = manifest.config.get("adaptive") or {}
+    if not cfg.get("enabled"):
+        return True
+    rounds = recorded_rounds(manifest)
+    if cfg.get("growing"):
+        return growing_finished(rounds, growing_names(manifest), cfg["round_trials"], cfg["max_trials"], settle)
+    return finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"]))
 
 
 class CheckpointDecision(BaseModel):
@@ -51,6 +119,7 @@ class AdaptiveResult(BaseModel):
     confidence: float
     max_trials: int
     round_trials: int
+    growing: bool = False  # adaptive.growing: alpha spent in arrival order (docs/metrics.md)
     rounds: int
     finished: bool  # no checkpoint undecided, or max_trials spent
     tie_set: list[str]
@@ -81,8 +150,8 @@ def adaptive_result(run: RunDir) -> AdaptiveResult | None:
                  for name, v in verdicts.items()}
     return AdaptiveResult(
         metric=cfg["metric"], margin=cfg["margin"], confidence=cfg["confidence"], max_trials=cfg["max_trials"],
-        round_trials=cfg["round_trials"], rounds=len(rounds),
-        finished=finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"])),
+        round_trials=cfg["round_trials"], growing=bool(cfg.get("growing")), rounds=len(rounds),
+        finished=rounds_finished(run.manifest),
         tie_set=[n for n, d in decisions.items() if d.status != "worse"],
         episodes=sum(ran.values()), fixed_episodes=sum(planned.values()), checkpoints=decisions)
 
@@ -94,7 +163,12 @@ def in_rounds(run: RunDir) -> set[str]:
     if not cfg.get("enabled"):
         return set()
     rounds = recorded_rounds(run.manifest)
-    if finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"])):
+    if cfg.get("growing"):  # a checkpoint still running with fewer than max_trials (the latest best too)
+        names = growing_names(run.manifest)
+        trials, last = trials_so_far(rounds, names), rounds[-1].verdicts if rounds else {}
+        return {n for n in names if trials[n] < cfg["max_trials"] and (n not in last or last[n].status in
+                                                                          ("best", "undecided"))}
+    if rounds_finished(run.manifest):
         return set()
     names = {s["model"] for s in run.manifest.shards}
     return names if not rounds else {n for n in names if rounds[-1].verdicts[n].status in ("best", "undecided")}
@@ -104,14 +178,23 @@ def scheduled_trials(run: RunDir) -> dict[str, int] | None:
     """checkpoint -> the trials per task its rounds gave it (an adaptive run; else None): a
     checkpoint decided tied or worse has those of its deciding round, the others those of the
     last round (of the next one while the rounds go on)."""
-    cfg = run.config.get("adaptive") or {}
+    return manifest_trials(run.manifest)
+
+
+def manifest_trials(manifest) -> dict[str, int] | None:
+    """scheduled_trials of the run whose manifest this is."""
+    cfg = manifest.config.get("adaptive") or {}
     if not cfg.get("enabled"):
         return None
-    rounds = recorded_rounds(run.manifest)
+    rounds = recorded_rounds(manifest)
+    if cfg.get("growing"):
+        names = growing_names(manifest)
+        return (trials_so_far(rounds, names) if rounds_finished(manifest)
+                else next_trials(rounds, names, cfg["round_trials"], cfg["max_trials"], settle=False))
     last = rounds[-1] if rounds else None
     done = finished(rounds, n_rounds(cfg["max_trials"], cfg["round_trials"]))
     current = last.trials if done else min((len(rounds) + 1) * cfg["round_trials"], cfg["max_trials"])
-    names = {s["model"] for s in run.manifest.shards}
+    names = {s["model"] for s in manifest.shards}
     out = {}
     for name in names:
         v = last.verdicts.get(name) if last else None
@@ -137,7 +220,10 @@ def guarantee(result: AdaptiveResult) -> str:
             f"{result.margin:g} below it); the tie set holds a *unique* best checkpoint with probability at least "
             f"{result.confidence:g}. With several equally good checkpoints each may be dropped at {alpha}, so "
             "one of them is missing from the set more often than that. `tied` and `worse` are against the best "
-            "of their round (`against`), which need not be the final best.")
+            "of their round (`against`), which need not be the final best." + (
+                f" The set grows (adaptive.growing): each checkpoint's {alpha} is spent over the others in the "
+                "order they joined the run (the k-th other gets 6/(pi^2 k^2) of it), so this holds however many "
+                "checkpoints arrive." if result.growing else ""))
 
 
 def markdown_lines(result: AdaptiveResult) -> list[str]:

@@ -188,9 +188,38 @@ class Verdict(BaseModel):
     episodes: int
 
 
+PairConfidence = Callable[[str, str], float]
+"""(checkpoint, the best it is compared with) -> the confidence of that comparison's one-sided ends."""
+
+
+def bonferroni(checkpoints: int, confidence: float) -> PairConfidence:
+    """A fixed set's split: 1 - alpha / (checkpoints - 1) for every pair."""
+    per_pair = 1 - (1 - confidence) / max(checkpoints - 1, 1)
+    return lambda checkpoint, best: per_pair
+
+
+def spending_weight(rank: int) -> float:
+    """The share of alpha of a checkpoint's `rank`-th other checkpoint (1-based, in arrival order):
+    6 / (pi^2 rank^2), which sums to 1 over rank = 1, 2, ... (Basel)."""
+    return 6 / (math.pi ** 2 * rank * rank)
+
+
+def arrival_spending(arrival: Sequence[str], confidence: float) -> PairConfidence:
+    """A set that grows (docs/metrics.md, "A set that grows"): checkpoint c compared with b at
+    1 - alpha spending_weight(rank), rank b's place among the checkpoints other than c in arrival
+    order. Fixed by the arrival order alone (never by outcomes), and c's shares over every other
+    checkpoint there is or will be sum to at most alpha, however many arrive."""
+    index = {name: i for i, name in enumerate(arrival, 1)}
+
+    def pair(checkpoint: str, best: str) -> float:
+        i, j = index[checkpoint], index[best]
+        return 1 - (1 - confidence) * spending_weight(j if j < i else j - 1)
+    return pair
+
+
 def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Mapping[str, Verdict],
            round_: int, margin: float, confidence: float, round_trials: int,
-           max_trials: int = 1 << 30) -> dict[str, Verdict]:
+           max_trials: int = 1 << 30, pair_confidence: PairConfidence | None = None) -> dict[str, Verdict]:
     """Every checkpoint's Verdict after round `round_` (1-based) from its episodes' values
     (episode_values). Those decided tied or worse before keep their verdict; of the others the one
     of highest mean is the best (the first in `values` on a tie), and each other is compared with
@@ -198,19 +227,20 @@ def decide(values: Mapping[str, Mapping[EpisodeKey, float | None]], previous: Ma
     (checkpoints - 1) (Bonferroni over the others): `worse` rests on its upper end alone and `tied`
     on its lower end alone, and for a given pair only one of the two can be false (the true
     difference is either below -margin or not), so a checkpoint is falsely decided against any
-    best with probability at most 1 - confidence. Ends that crossed decide nothing (`undecided`)."""
+    best with probability at most 1 - confidence. `pair_confidence` replaces the Bonferroni split
+    (arrival_spending: a set that grows). Ends that crossed decide nothing (`undecided`)."""
     verdicts = {c: v for c, v in previous.items() if v.status in ("tied", "worse")}
     running = [c for c in values if c not in verdicts]
     means = {c: _mean(values[c]) for c in values}
     best = max(running, key=lambda c: -math.inf if means[c] is None else means[c])
-    per_pair = 1 - (1 - confidence) / max(len(values) - 1, 1)
+    pair_confidence = pair_confidence or bonferroni(len(values), confidence)
     for c in running:
         episodes = sum(v is not None for v in values[c].values())
         if c == best:
             verdicts[c] = Verdict(status="best", mean=means[c], round=round_, episodes=episodes)
             continue
         pairs = paired_observations(values[c], values[best], round_trials, max_trials)
-        cs = confidence_sequence(pairs, per_pair, one_sided=True)
+        cs = confidence_sequence(pairs, pair_confidence(c, best), one_sided=True)
         verdicts[c] = Verdict(status=_status(cs, margin), mean=means[c], vs_best=cs, against=best, round=round_,
                               episodes=episodes)
     return {c: verdicts[c] for c in values}

@@ -15,6 +15,7 @@ through @hydra.main's composition of the default config.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sys
@@ -32,19 +33,22 @@ from handoff.sweep.suggest import check_overrides, print_conf_note
 from handoff.sweep.session import one_ray
 
 _job_statuses: list[int] = []  # one per Hydra job of this process (a multirun has several)
+_multirun_jobs: list[str] = []  # a multirun's jobs, each as its swept overrides (multirun_jobs)
 
 
 class _MultirunInterrupted(KeyboardInterrupt):
     """Raised after an interrupted job's line is printed: the multirun's other jobs do not start."""
 
 
-def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") -> int:
+def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep", not_started: list[str] = ()) -> int:
     """One sweep as an exit status. A user error is one line on stderr (2); any other exception is a
-    bug: its traceback is printed (1), and a multirun goes on with its next job."""
+    bug: its traceback is printed (1), and a multirun goes on with its next job. `not_started`: the
+    jobs of a multirun after this one, named in the line of a Ctrl-C (they will not run)."""
     try:
         _, summary, reported = run_and_finish(cfg, overrides)
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, what was kept and how to go on
-        print(f"{prog}: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+        rest = f"; the multirun's jobs not started: {', '.join(not_started)}" if not_started else ""
+        print(f"{prog}: {interrupted_line(exc)}{rest}", file=sys.stderr, flush=True)
         return INTERRUPTED_STATUS
     except HandoffError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -58,7 +62,9 @@ def sweep(cfg: DictConfig, overrides: list[str], prog: str = "handoff sweep") ->
 @hydra.main(config_path=str(CONF_DIR), config_name="sweep", version_base=None)
 def _hydra_job(cfg: DictConfig) -> None:
     # No sys.exit here: that would end a multirun after its first job.
-    _job_statuses.append(sweep(cfg, list(HydraConfig.get().overrides.task)))
+    hydra_cfg = HydraConfig.get()
+    later = _multirun_jobs[int(hydra_cfg.job.num) + 1:] if hydra_cfg.mode.name == "MULTIRUN" else []
+    _job_statuses.append(sweep(cfg, list(hydra_cfg.overrides.task), not_started=later))
     if _job_statuses[-1] == INTERRUPTED_STATUS:  # Ctrl-C ends a multirun too, not just its job
         raise _MultirunInterrupted
 
@@ -74,6 +80,19 @@ def _refused_overrides(argv: list[str], prog: str) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return USER_ERROR_STATUS
     return 0
+
+
+def multirun_jobs(argv: list[str]) -> list[str]:
+    """A multirun's jobs in the order Hydra's basic sweeper runs them (the product of the swept
+    values, keys in the order first given), each as its swept overrides: `seed=1 trials=2`."""
+    from handoff.sweep.run import parse_overrides
+
+    values: dict[str, list[str]] = {}
+    for override in parse_overrides([a for a in argv if not a.startswith("-")]):
+        key = override.get_key_element()
+        values[key] = ([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
+                       else [])
+    return [" ".join(job) for job in itertools.product(*[v for v in values.values() if v])]
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
@@ -92,6 +111,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -
         return refused
     print_conf_note(CONF_DIR)
     _job_statuses.clear()
+    _multirun_jobs[:] = multirun_jobs(argv) if {"-m", "--multirun"} & set(argv) else []
     if prog == "handoff sweep" and "COMP_LINE" in os.environ:  # completion sees the sweep's own words
         os.environ["COMP_LINE"] = re.sub(r"^(\s*\S+)\s+sweep\b", r"\1", os.environ["COMP_LINE"])
     saved, sys.argv = sys.argv, [prog.split()[0], *argv]  # Hydra reads sys.argv; completion uses argv[0]

@@ -240,6 +240,7 @@ class AdaptiveConfig(Strict):
     confidence: float = Field(0.95, gt=0, lt=1)
     max_trials: int = Field(8, ge=1)
     round_trials: int = Field(1, ge=1)
+    growing: bool = False  # the run may gain checkpoints (extend, follow): alpha spent in arrival order
 
     @model_validator(mode="after")
     def _rounds_fit(self):
@@ -249,6 +250,7 @@ class AdaptiveConfig(Strict):
 
 
 UNHASHED_DEFAULTS["adaptive"] = AdaptiveConfig().model_dump()  # a fixed sweep resumes runs from before it
+UNHASHED_DEFAULTS["adaptive.growing"] = False  # an adaptive sweep too
 
 
 class SweepConfig(Strict):

@@ -45,9 +45,11 @@ def refused_changes(old: Manifest, new: Manifest) -> list[str]:
             problems.append(f"{line} (only checkpoints and trials can be added to a run)")
     if new.config.get("trials", 1) < old.config.get("trials", 1):
         problems.append(f"trials: {old.config.get('trials')} -> {new.config.get('trials')} (fewer trials drop shards)")
-    if (new.config.get("adaptive") or {}).get("enabled") and new.shards != old.shards:
+    adaptive = new.config.get("adaptive") or {}
+    if adaptive.get("enabled") and not adaptive.get("growing") and new.shards != old.shards:
         problems.append("adaptive.enabled: an adaptive run is not extended: its rounds' anytime-valid decisions "
-                        "hold for the checkpoints it started with (docs/metrics.md); start a new run")
+                        "hold for the checkpoints it started with (docs/metrics.md); start a new run with "
+                        "adaptive.growing=true (or handoff follow) for a set that grows")
     planned = {s["id"]: s for s in new.shards}
     changed = [s["id"] for s in old.shards if planned.get(s["id"]) != s]
     if changed:

@@ -213,7 +213,7 @@ def follow(watch_target: str, run_dir: str | Path, overrides: list[str], stop: S
     run = SweepRun(Path(run_dir).resolve())
     watch = Watch(watch_target, settle_s)
     base = ["model=[checkpoints]", f"model.checkpoints.glob={watch.glob}", *overrides, f"run_dir={run.root}"]
-    check_config(base)
+    base += check_config(base)
     lock = follow_lock(run)
     watcher = Watcher(watch, run.root / "follow" / "seen.jsonl", poll_s)
     print(f"follow {watch.glob} into {run.root}: a checkpoint is complete on {watch.signal}", file=sys.stderr,
@@ -243,14 +243,16 @@ def _loop(run: SweepRun, base: list[str], watcher: Watcher, stop: Stop, poll_s: 
             batches, manifest = batches + 1, run.read_manifest()
         stopped = stop.reason(manifest, time.monotonic() - last_new, len(_unhandled(manifest, seen)))
         if stopped:
+            _settle(run, base, seen, manifest)
             return stopped, batches
         if watcher.arrived.wait(poll_s):
             watcher.arrived.clear()
             last_new = time.monotonic()
 
 
-def check_config(overrides: list[str]) -> None:
-    """A bad config or override fails now (exit 2), before anything is watched or started."""
+def check_config(overrides: list[str]) -> list[str]:
+    """A bad config or override fails now (exit 2), before anything is watched or started. Returns
+    the overrides follow adds: `adaptive.growing=true` to an adaptive one (its set grows)."""
     from hydra.errors import HydraException
 
     from handoff.errors import ConfigError
@@ -261,9 +263,7 @@ def check_config(overrides: list[str]) -> None:
         sweep = validate(compose(overrides), check_paths=False)
     except HydraException as exc:
         raise ConfigError(f"follow: cannot compose the overrides: {exc}") from None
-    if sweep.adaptive.enabled:
-        raise ConfigError("adaptive.enabled: follow evaluates a set that grows, which an adaptive sweep's "
-                          "decisions do not cover (docs/metrics.md, \"A set that grows\")")
+    return ["adaptive.growing=true"] if sweep.adaptive.enabled and not sweep.adaptive.growing else []
 
 
 @dataclass
@@ -296,7 +296,7 @@ def _gone(manifest: Manifest, seen: dict[str, float], run: SweepRun) -> dict[str
         if path not in paths and ck not in skipped and not os.path.isdir(path):
             out[ck] = f"{path} was deleted before it was evaluated (seen complete, then gone from disk)"
     for ck in manifest.checkpoints:
-        shards = [s["id"] for s in manifest.shards if s["model"] == ck["name"]]
+        shards = _owed(manifest, ck["name"])
         done = sum(run.shard_path(s).is_file() for s in shards)
         if ck["name"] not in skipped and done < len(shards) and not os.path.isdir(ck["path"]):
             out[ck["name"]] = (f"{ck['path']} was deleted before its episodes finished ({done} of {len(shards)} "
@@ -317,12 +317,37 @@ def _batch_plan(manifest: Manifest | None, seen: dict[str, float], run: SweepRun
     return None
 
 
+def _owed(manifest: Manifest, checkpoint: str | None = None) -> list[str]:
+    """The ids of the shards the run owes (of `checkpoint`, or of all): the plan's, but those of
+    skipped checkpoints, and in an adaptive run only those of the trials its rounds give each one."""
+    from handoff.report.adaptive import manifest_trials
+
+    trials, skipped = manifest_trials(manifest), manifest.skipped()
+    return [s["id"] for s in manifest.shards if s["model"] not in skipped and checkpoint in (None, s["model"])
+            and (trials is None or s["trial"] < trials.get(s["model"], 0))]
+
+
 def _unfinished(manifest: Manifest, run: SweepRun) -> bool:
-    skipped = manifest.skipped()
-    return any(not run.shard_path(s["id"]).is_file() for s in manifest.shards if s["model"] not in skipped)
+    """Shards to run, or adaptive rounds to decide (a follow killed between a round's shards and its
+    decision)."""
+    from handoff.report.adaptive import rounds_finished
+
+    return not rounds_finished(manifest) or any(not run.shard_path(s).is_file() for s in _owed(manifest))
 
 
-def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: BatchPlan) -> None:
+def _settle(run: SweepRun, base: list[str], seen: dict[str, float], manifest: Manifest | None) -> None:
+    """At the stop, an adaptive run's latest best gets its max_trials (handoff.report.adaptive.next_trials:
+    between checkpoints it waits for the next one), so that its W&B row is written and final."""
+    from handoff.report.adaptive import rounds_finished
+
+    if manifest is not None and not rounds_finished(manifest, settle=True):
+        _run_batch(run, base, seen, BatchPlan({}), settle=True)
+
+
+def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: BatchPlan, settle: bool = False
+               ) -> None:
+    """A batch: create or extend the run by the checkpoints seen, run, reduce, log and report it.
+    `settle`: the adaptive rounds' last step gives the latest best its max_trials (_settle)."""
     from handoff.sweep.run import compose, execute, finish, prepare
 
     def accept(ck) -> bool:
@@ -333,6 +358,7 @@ def _run_batch(run: SweepRun, base: list[str], seen: dict[str, float], plan: Bat
         prepared = prepare(cfg, [f"extend={run.root}", *base], accept, plan.skipped)
     else:
         prepared = prepare(compose(base), base, accept)
+    prepared.settle = settle
     try:
         summary = execute(prepared, progress=True)
         finish(prepared, summary)

@@ -109,6 +109,8 @@ class Prepared:
     the checkpoints and the task/label hashes (handoff.tasks.manifest_hashes) are unchanged, which
     saves loading the task set (and importing tau2) to resume a finished run."""
 
+    settle = True  # a growing adaptive run's latest best gets max_trials (follow: not between checkpoints)
+
     def __init__(self, cfg: DictConfig, overrides: list[str], recorded: Manifest | None = None,
                  accept: Callable[[Checkpoint], bool] | None = None):
         self.data = recorded_config(cfg)

@@ -211,7 +211,7 @@ def test_a_plain_path_is_verls_directory_even_before_it_exists_and_a_pattern_is_
 
 
 @pytest.mark.parametrize("override, message", [
-    ("adaptive.enabled=true", "adaptive.enabled: follow evaluates a set that grows"),
+    ("adaptive.round_trials=9", "round_trials \\(9\\) exceeds max_trials"),
     ("trials=0", "trials: Input should be greater than or equal to 1"),
     ("nope=1", "follow: cannot compose the overrides"),
 ])

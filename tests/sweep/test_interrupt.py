@@ -38,12 +38,13 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp_path: Path):
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "handoff.sweep", *SLOW_SCRIPTED, f"run_dir={run_dir}"]
+def ctrl_c(cmd: list[str], run_dir: Path) -> str:
+    """Run `cmd` in its own process group, send SIGINT to the group once `run_dir` has a finished
+    shard (the engines and workers are up and the driver is mid-sweep), and check what a Ctrl-C must
+    leave: exit 130, no traceback, one `interrupted` line (returned), the whole group ended (Ray's
+    processes share it)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        # the first finished shard: the engines and workers are up and the driver is mid-sweep
         wait_for(lambda: bool(RunPaths(run_dir).shards()), "finished shard", proc)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=600)
@@ -54,15 +55,21 @@ def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     interrupted = [line for line in err.splitlines() if "interrupted" in line]
     assert len(interrupted) == 1, err
-    shards = len(RunPaths(run_dir).shards())
-    assert 1 <= shards < 4
-    assert interrupted[0].startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)")
-    assert interrupted[0].endswith(f"continue with: handoff sweep resume={run_dir}")
-    end = time.monotonic() + 120  # Ray's processes share the group: they end with the sweep
+    end = time.monotonic() + 120
     while group_alive(proc.pid) and time.monotonic() < end:
         time.sleep(0.5)
     assert not group_alive(proc.pid), subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
                                                      capture_output=True, text=True, check=False).stdout
+    return interrupted[0]
+
+
+def test_ctrl_c_of_a_running_sweep_exits_130_with_one_line_naming_the_resume(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    line = ctrl_c([sys.executable, "-m", "handoff.sweep", *SLOW_SCRIPTED, f"run_dir={run_dir}"], run_dir)
+    shards = len(RunPaths(run_dir).shards())
+    assert 1 <= shards < 4
+    assert line.startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)")
+    assert line.endswith(f"continue with: handoff sweep resume={run_dir}")
 
 
 def test_the_line_counts_finished_shards_and_whole_partial_episodes_only(tmp_path: Path):
@@ -77,3 +84,45 @@ def test_the_line_counts_finished_shards_and_whole_partial_episodes_only(tmp_pat
     assert line == (f"interrupted: kept 1 finished shard(s) and 2 episode(s) of unfinished ones in {tmp_path}; "
                     "continue with: handoff sweep resume=X")
     assert interrupted_line(KeyboardInterrupt()) == "interrupted before the sweep started: nothing new ran"
+
+
+def test_a_multiruns_jobs_in_the_basic_sweepers_order():
+    """Against Hydra's own split of a multirun into jobs (its basic sweeper, the one the sweep uses)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from handoff.sweep.__main__ import multirun_jobs
+
+    argv = ["seed=0,1", "trials=1", "+x.y=a,b", "run_dir=r/m${seed}", "seed=2,3,4"]
+    [hydras] = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(argv), None)
+    assert multirun_jobs(["-m", *argv]) == [" ".join(o for o in job if o.split("=")[0] in ("seed", "+x.y"))
+                                            for job in hydras]
+    assert multirun_jobs(["-m", "seed=0,1", "trials=1", "+x.y=a,b", "run_dir=r/m${seed}"]) == [
+        "seed=0 +x.y=a", "seed=0 +x.y=b", "seed=1 +x.y=a", "seed=1 +x.y=b"]
+    assert multirun_jobs(["seed=0,1", "seed=2,3"]) == ["seed=2", "seed=3"]  # a later value of a key wins
+    assert multirun_jobs(["trials=1"]) == [""]
+
+
+ENTRIES = {"handoff sweep": ["-m", "handoff", "sweep"], "python -m handoff.sweep": ["-m", "handoff.sweep"]}
+
+
+@pytest.mark.parametrize("entry, interrupted_job", [("python -m handoff.sweep", 0), ("handoff sweep", 1)])
+def test_ctrl_c_of_a_running_multirun_exits_130_with_one_line_naming_the_resume(tmp_path: Path, entry: str,
+                                                                                interrupted_job: int):
+    """`-m seed=0,1`: Ctrl-C inside the first job (the second never starts) or inside the second (the
+    first finished): exit 130, one line naming the interrupted job's resume (and the jobs that did not
+    start), no traceback, nothing of the multirun (its shared Ray, engines, workers) left running."""
+    runs = [tmp_path / f"m{seed}" for seed in (0, 1)]
+    run_dir = runs[interrupted_job]
+    line = ctrl_c([sys.executable, *ENTRIES[entry], "-m", "seed=0,1", *SLOW_SCRIPTED, f"run_dir={tmp_path}/m${{seed}}"],
+                  run_dir)
+    shards = len(RunPaths(run_dir).shards())
+    assert 1 <= shards < 4
+    assert line.startswith(f"handoff sweep: interrupted: kept {shards} finished shard(s)"), line
+    if interrupted_job == 0:  # the multirun's next job never starts, and the line says so
+        assert line.endswith(f"continue with: handoff sweep resume={run_dir}; the multirun's jobs not started: "
+                             "seed=1"), line
+        assert not runs[1].exists()
+    else:
+        assert line.endswith(f"continue with: handoff sweep resume={run_dir}"), line
+        assert len(RunPaths(runs[0]).shards()) == 4 and RunPaths(runs[0]).report_md.is_file()
