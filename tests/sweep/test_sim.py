@@ -18,6 +18,17 @@ from tests.support import sim
 from tests.support.sim import NEVER, EpisodeSpec, Fault, Schedule
 
 SCHEDULES = 300
+
+
+def test_random_fault_schedules_keep_every_invariant():
+    found = {}
+    for seed in range(SCHEDULES):
+        outcome = sim.run(seed)
+        if outcome.violations:
+            found[seed] = outcome.violations
+    assert found == {}, f"replay with sim.run(seed): {found}"
+
+
 def test_a_schedule_replays_exactly_from_its_seed():
     runs = [sim.run(17), sim.run(17)]
     assert runs[0] == runs[1] and runs[0].log  # the same faults, charges, failures and virtual time
