@@ -32,13 +32,16 @@ Replay: `run(seed)` (or `python -m bench.bench_sim --seed N`) reruns schedule N 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import heapq
 import itertools
 import random
 import shutil
 import tempfile
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +131,7 @@ class Worker(Actor):
     def __init__(self, sim: Sim, node: str):
         super().__init__(sim, node, max_restarts=-1)
         self.runs: list[Run] = []
+        self.host = None  # the real EpisodeWorker (Sim.real), made at its first episode
         self.run = Method(self._run)
         self.enter = Method(lambda ctx: Ref(True, None))
         self.idle = Method(lambda: Ref(True, not self.runs))
@@ -140,8 +144,17 @@ class Worker(Actor):
         elif not self.usable:
             ref.resolve(error=rx.ActorUnavailableError("Connection refused", None))
         else:
-            self.sim.start(Run(self.sim, Episode.model_validate(episode), self, agent, user, ref))
+            self.sim.start(Run(self.sim, Episode.model_validate(episode), self, agent, user, ref, ctx))
         return ref
+
+    def episode(self, episode: dict, agent, user, ctx) -> dict:
+        """The real episode (EpisodeWorker.run: tau2, the agent and the user simulator on their engines
+        through RayEngineClient), in this process: its output stays this process's (no log_dir)."""
+        from handoff.sweep.worker import EpisodeWorker
+
+        if self.host is None:
+            self.host = EpisodeWorker()
+        return self.host.run(episode, agent, user, dataclasses.replace(ctx, log_dir=None))
 
     def crash(self, restart_s: float) -> None:
         for run in list(self.runs):
@@ -150,12 +163,23 @@ class Worker(Actor):
 
 
 class Replica(Actor):
-    def __init__(self, sim: Sim, node: str, load_s: float, fails: bool, max_restarts: int):
+    def __init__(self, sim: Sim, node: str, load_s: float, fails: bool, max_restarts: int, host=None):
         super().__init__(sim, node, max_restarts)
-        self.load_s, self.fails = load_s, fails
+        self.load_s, self.fails, self.host = load_s, fails, host
         self.served = Method(lambda: Ref(True, {}))
         self.ready = Method(lambda: self._loading(self.load_s))
         self.load = Method(lambda checkpoint: self._loading(1.0))  # in place (the rolling schedule)
+        if host is not None:  # the real EngineHost (Sim.real): what RayEngineClient calls, served at once
+            for name in ("served", "generate", "enter_alone", "admitted_s"):
+                setattr(self, name, Method(lambda *args, name=name: self._host_call(name, *args)))
+
+    def _host_call(self, name: str, *args) -> Ref:
+        """EngineHost.`name`(*args) run to its end on the simulator's event loop (the scripted engine
+        answers at once: no virtual time passes); its error as Ray raises an actor task's."""
+        try:
+            return Ref(True, self.sim.loop.run_until_complete(getattr(self.host, name)(*args)))
+        except Exception as exc:  # noqa: BLE001 - the caller's ray.get raises it
+            return Ref(True, error=rx.RayTaskError(name, traceback.format_exc(), exc))
 
     def _loading(self, seconds: float) -> Ref:
         """A load that ends `seconds` from now (never when NEVER: the driver's load timeout ends it)."""
@@ -183,8 +207,9 @@ class Node:
 class Run:
     """One episode running on a worker: `duration` seconds while its replicas serve."""
 
-    def __init__(self, sim: Sim, ep: Episode, worker: Worker, agent, user, ref: Ref):
+    def __init__(self, sim: Sim, ep: Episode, worker: Worker, agent, user, ref: Ref, ctx=None):
         self.sim, self.ep, self.worker, self.ref = sim, ep, worker, ref
+        self.agent, self.user, self.ctx = agent, user, ctx
         self.spec = sim.schedule.episodes[ep.key]
         self.replicas = [r for r in (_routed(ep, agent), _routed(ep, user)) if r is not None] if agent.replicas \
             else []
@@ -247,10 +272,19 @@ class Run:
     def _finish(self, token: int) -> None:
         if token == self.token:
             self.end()
+            if self.sim.real:
+                self._real_episode()
+                return
             e = self.ep
             self.ref.resolve({"model": e.model, "domain": e.domain, "task_id": e.task_id, "trial": e.trial,
                               "seed": e.seed, "step": e.step, "simulation": {"task_id": e.task_id},
                               "wall_s": self.spec.duration})
+
+    def _real_episode(self) -> None:
+        try:
+            self.ref.resolve(self.worker.episode(self.ep.model_dump(), self.agent, self.user, self.ctx))
+        except Exception as exc:  # noqa: BLE001 - as Ray raises an actor task's error
+            self.ref.resolve(error=rx.RayTaskError("run", traceback.format_exc(), exc))
 
     def fail(self, error: BaseException) -> None:
         self.end()
@@ -303,7 +337,7 @@ class Placement:
         self.sim = sim
 
     def start(self, ck, role: str) -> Replica:
-        return self.sim.new_replica()
+        return self.sim.new_replica(ck, role)
 
     def await_ready(self, replicas: list, timeout_s: float) -> list:
         start = self.sim.now
@@ -423,8 +457,11 @@ class Sim:
 
     exceptions = rx
 
-    def __init__(self, schedule: Schedule, job: str, faults: bool, bound_s: float):
+    def __init__(self, schedule: Schedule, job: str, faults: bool, bound_s: float, engine=None):
         self.schedule, self.job, self.bound = schedule, job, bound_s
+        # `engine` (the sweep's EngineConfig): real episodes (EpisodeWorker) on real EngineHosts, fault-free
+        self.engine, self.real = engine, engine is not None
+        self.loop = asyncio.new_event_loop() if self.real else None
         self.now, self.seq, self.events = 0.0, itertools.count(), []
         self.ids = itertools.count(1)
         self.machines = {"cpu0": Node(), "gpu0": Node(), "gpu1": Node()}
@@ -462,6 +499,14 @@ class Sim:
             raise Hang(f"the sweep ran past its bound {self.bound:g}s (virtual)")
 
     # the cluster
+    def _engine_host(self, ck, role: str):
+        """A real EngineHost of `ck` for a replica (Sim.real), else None (the scripted stand-in)."""
+        if not self.real:
+            return None
+        from handoff.sweep.engines import EngineHost
+
+        return EngineHost(ck.model_dump(mode="json"), self.engine.model_dump(mode="json"), role, None)
+
     def new_worker(self) -> Worker:
         w = Worker(self, "cpu0")
         if self.faults and len(self.workers) in self.schedule.unplaced:
@@ -469,12 +514,13 @@ class Sim:
         self.workers.append(w)
         return w
 
-    def new_replica(self) -> Replica:
+    def new_replica(self, ck, role: str) -> Replica:
         i = len(self.replicas)
         loads = self.schedule.load_s
         up = [name for name, n in self.machines.items() if name.startswith("gpu") and n.up]
         load_s = (loads[i] if i < len(loads) else 1.0) if up else NEVER  # no GPU node: it waits for one
-        r = Replica(self, up[i % len(up)] if up else "gpu0", load_s, i in self.schedule.failed_loads, max_restarts=3)
+        r = Replica(self, up[i % len(up)] if up else "gpu0", load_s, i in self.schedule.failed_loads, max_restarts=3,
+                    host=self._engine_host(ck, role))
         self.replicas.append(r)
         return r
 
@@ -590,13 +636,23 @@ class Sim:
 
 @contextlib.contextmanager
 def seams(sim: Sim):
-    """What the driver reads of Ray outside its `ray` (the GCS's actor table, the nodes alive), and its
-    clock, pointed at `sim` for the block."""
-    saved = [(m, n, getattr(m, n)) for m, n in ((driver_module, "actor_place"), (driver_module, "nodes_alive"),
-                                               (engines_module, "actor_state"), (schedule_module, "actor_state"))]
-    driver_module.actor_place = lambda handle: handle.place
-    driver_module.nodes_alive = lambda ray: {name for name, n in sim.machines.items() if n.listed}
-    engines_module.actor_state = schedule_module.actor_state = lambda handle: handle.state
+    """What the driver and the engine client read of Ray outside the `ray` the driver is given (the
+    GCS's actor table, the nodes alive, the `ray` module's wait/get/cancel that RayEngineClient calls,
+    whether its Ray task was cancelled), and their clock, pointed at `sim` for the block."""
+    import ray
+
+    def alive(_ray=None) -> set:
+        return {name for name, n in sim.machines.items() if n.listed}
+
+    patches = {(driver_module, "actor_place"): lambda handle: handle.place, (driver_module, "nodes_alive"): alive,
+               (engines_module, "actor_place"): lambda handle: handle.place, (engines_module, "nodes_alive"): alive,
+               (engines_module, "actor_state"): lambda handle: handle.state,
+               (schedule_module, "actor_state"): lambda handle: handle.state,
+               (engines_module, "task_cancelled"): lambda: False,
+               (ray, "wait"): sim.wait, (ray, "get"): sim.get, (ray, "cancel"): sim.cancel}
+    saved = [(module, name, getattr(module, name)) for module, name in patches]
+    for (module, name), value in patches.items():
+        setattr(module, name, value)
     kept = IDLE.shape, IDLE.handles  # a real sweep's idle workers in this process, untouched by the simulated ones
     try:
         with sweep_clock.use(sim):
@@ -605,6 +661,8 @@ def seams(sim: Sim):
         for module, name, value in saved:
             setattr(module, name, value)
         IDLE.shape, IDLE.handles = kept
+        if sim.loop is not None:
+            sim.loop.close()
 
 
 # -- a run and its invariants ------------------------------------------------------------------------
@@ -659,6 +717,31 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
     """Run schedule `seed` (or `sched`) on the real driver; check the invariants."""
     sched = sched or draw(seed, faults)
     tmp = Path(tempfile.mkdtemp(prefix=f"sim-{seed}-")) if root is None else root
+    try:
+        cfg = config(sched, tmp / "run")
+        return drive(sched, cfg, _checkpoints(cfg, sched), tmp / "run", faults)
+    finally:
+        if root is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_plan(cfg, ckpts: list, shards: list[Shard], run_dir: Path, seed: int = 0) -> Outcome:
+    """A real sweep's plan (its config, checkpoints and shards) on the simulator with no fault, each
+    episode the real one: EpisodeWorker.run (tau2, the evaluator) with the agent and the user simulator
+    on real EngineHosts of the configured engine through RayEngineClient. `seed` draws only the
+    episodes' virtual durations (the order they finish in); the run directory is `run_dir`."""
+    rng = random.Random(seed)
+    w = cfg.workers
+    sched = Schedule(seed, w.processes or 1, w.threads, cfg.engine.replicas, shards,
+                     {e.key: EpisodeSpec(rng.uniform(2, 30)) for s in shards for e in s.episodes},
+                     rolling=cfg.schedule == "rolling", max_attempts=cfg.max_attempts)
+    return drive(sched, cfg.model_copy(update={"run_dir": str(run_dir)}), ckpts, run_dir, faults=False,
+                 engine=cfg.engine)
+
+
+def drive(sched: Schedule, cfg, ckpts: list, run_dir: Path, faults: bool, engine=None) -> Outcome:
+    """The driver on the simulated cluster until the sweep ends (a second driver resumes it after a
+    kill); the invariants checked on `run_dir`."""
     charged: list[tuple] = []
     violations: list[str] = []
     resumed, virtual = False, 0.0
@@ -670,42 +753,73 @@ def run(seed: int, faults: bool = True, sched: Schedule | None = None, root: Pat
         charged.append(item.episode.key)
         return original_charge(self, item, exc, placement, bar)
 
-    try:
-        cfg = config(sched, tmp / "run")
-        for job, with_faults in (("job-1", faults), ("job-2", False)):
-            if job == "job-2" and not resumed:
-                break
-            sim = Sim(sched, f"{sched.seed}-{job}", with_faults, bound_s(sched))
-            d = Driver(cfg, SweepRun(tmp / "run"), _checkpoints(cfg, sched), sched.shards, progress=False,
-                       placement=Placement(sim))
-            Driver._charge = spy
-            try:
-                with seams(sim):
-                    d.execute(ray=sim)
-            except DriverKilled:
-                resumed = True
-            except Hang as exc:
-                violations.append(f"no hang: {exc}")
-                break
-            except Exception as exc:  # noqa: BLE001 - the sweep escaped with a traceback (exit 1)
-                violations.append(f"no crash: the sweep raised {type(exc).__name__}: {exc}"[:300])
-                break
-            finally:
-                Driver._charge = original_charge
-                virtual += sim.now
-                log += sim.log
-                crashed_alone |= sim.crashed_alone
-            if job == "job-1" and not resumed:
-                break
-        if not violations:
-            violations += check(sched, SweepRun(tmp / "run"), charged, crashed_alone, faults)
-        run_ = SweepRun(tmp / "run")
-        failed = {s.id: run_.read_failed(s.id).kind for s in sched.shards if run_.failed_path(s.id).exists()}
-        done = [s.id for s in sched.shards if run_.shard_path(s.id).exists()]
-        return Outcome(sched.seed, violations, charged, failed, done, virtual, resumed, log)
-    finally:
-        if root is None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    for job, with_faults in (("job-1", faults), ("job-2", False)):
+        if job == "job-2" and not resumed:
+            break
+        sim = Sim(sched, f"{sched.seed}-{job}", with_faults, bound_s(sched), engine)
+        d = Driver(cfg, SweepRun(run_dir), ckpts, sched.shards, progress=False, placement=Placement(sim))
+        Driver._charge = spy
+        try:
+            with seams(sim):
+                d.execute(ray=sim)
+        except DriverKilled:
+            resumed = True
+        except Hang as exc:
+            violations.append(f"no hang: {exc}")
+            break
+        except Exception as exc:  # noqa: BLE001 - the sweep escaped with a traceback (exit 1)
+            violations.append(f"no crash: the sweep raised {type(exc).__name__}: {exc}"[:300])
+            break
+        finally:
+            Driver._charge = original_charge
+            virtual += sim.now
+            log += sim.log
+            crashed_alone |= sim.crashed_alone
+        if job == "job-1" and not resumed:
+            break
+    if not violations:
+        violations += check(sched, SweepRun(run_dir), charged, crashed_alone, faults)
+    run_ = SweepRun(run_dir)
+    failed = {s.id: run_.read_failed(s.id).kind for s in sched.shards if run_.failed_path(s.id).exists()}
+    done = [s.id for s in sched.shards if run_.shard_path(s.id).exists()]
+    return Outcome(sched.seed, violations, charged, failed, done, virtual, resumed, log)
+
+
+# What two sweeps of the same plan and seeds may differ in, and nothing else: what a clock measured (the
+# episode's wall time, its split and its engine time) and tau2's id and timestamps of the run; in a shard
+# file's header, its checksum (of those records) and the run's uuid (the manifest's: the simulator writes none).
+WALL_CLOCK = ("wall_s", "usage.cost.agent_engine_s", "usage.cost.user_engine_s", "usage.cost.gpu_s",
+              "usage.cost.agent_s", "usage.cost.user_s", "usage.cost.tool_s", "simulation.id",
+              "simulation.timestamp", "simulation.start_time", "simulation.end_time", "simulation.duration",
+              "simulation.messages.*.timestamp")
+RUN_HEADER = ("sha256", "run_uuid")
+
+
+def shard_contents(run_dir: Path) -> dict[str, tuple[dict, list[dict]]]:
+    """Each shard file of `run_dir` by name: its header and its records in file order (as JSON),
+    without the fields of RUN_HEADER and WALL_CLOCK."""
+    from handoff.records import read_shard_header
+
+    out = {}
+    for path in SweepRun(run_dir).shards():
+        header = {k: v for k, v in read_shard_header(path).items() if k not in RUN_HEADER}
+        records = [r.model_dump(mode="json") for r in read_shard(path)]
+        for record in records:
+            for field_path in WALL_CLOCK:
+                _drop(record, field_path.split("."))
+        out[path.name] = header, records
+    return out
+
+
+def _drop(tree, keys: list[str]) -> None:
+    """Remove the field at `keys` (a path; `*`: every item of a list) from `tree`."""
+    head, rest = keys[0], keys[1:]
+    children = (tree if head == "*" else [tree.get(head)]) if rest else []
+    if not rest:
+        tree.pop(head, None)
+    for child in children:
+        if isinstance(child, (dict, list)):
+            _drop(child, rest)
 
 
 def check(sched: Schedule, run: SweepRun, charged: list[tuple], crashed_alone: set, faults: bool) -> list[str]:
