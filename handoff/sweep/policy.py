@@ -3,6 +3,8 @@
 - `FailurePolicy`: what a failed episode costs (failures.classify and the worker deaths' verdicts),
   the attempts of each shard, and the poison rule: an episode whose worker died under it
   SUSPECT_DEATHS times on a healthy node runs on a worker of its own, where each death costs an attempt.
+  An episode that ran over episode_timeout_s after one of its replicas went down or restarted under
+  it is rerun once for free (`EpisodeTimeout`, `Inflight.met_outage`).
 - `OutageClocks`: how long dispatch has been paused (the user simulator's engines, every agent engine
   set or every worker down) and how long some checkpoints have been stranded (queued episodes no
   engine alive can take while the other slots go on); each expires after engine.load_timeout_s of its own.
@@ -25,6 +27,10 @@ class Cost(str, Enum):
     HELD = "held"  # its worker died: held until its node's verdict (FailurePolicy.judge)
 
 
+class EpisodeTimeout(TimeoutError):
+    """The driver gave an episode up: it ran over episode_timeout_s."""
+
+
 class FailurePolicy:
     SUSPECT_DEATHS = 2  # an episode whose worker died under it this often (on a healthy node) runs alone
 
@@ -36,6 +42,7 @@ class FailurePolicy:
         self.alone: set[int] = set()  # workers running a suspect episode and nothing else
         self.failures = 0  # episode failures charged
         self.lost = 0  # episodes resubmitted for free
+        self.timed_out_after_outage: set = set()  # (shard id, episode key) rerun for free after a timeout
 
     def reset(self) -> None:
         """A new dispatch: no worker is kept for a suspect and no death awaits a verdict (what an earlier
@@ -65,10 +72,21 @@ class FailurePolicy:
         if fault.of_worker:
             self.deaths.died(item.worker, fault, item.place, item, now, exc)
             return Cost.HELD
-        if fault is Fault.INFRASTRUCTURE:
+        if fault is Fault.INFRASTRUCTURE or self._outage_timed_out(item, exc):
             self.lost += 1
             return Cost.NOTHING
         return Cost.ATTEMPT
+
+    def _outage_timed_out(self, item, exc: BaseException) -> bool:
+        """Whether `item` ran over episode_timeout_s after a replica of its engines was down or restarted
+        under it, the first time: its clock was credited the time the replica was seen down, not the
+        requests the death lost nor its suspects' turns alone after it (engines.RayEngineClient), so
+        the overrun may be the outage's. Once per episode: a hung episode is charged the next time."""
+        key = self.key(item)
+        if not (isinstance(exc, EpisodeTimeout) and item.met_outage) or key in self.timed_out_after_outage:
+            return False
+        self.timed_out_after_outage.add(key)
+        return True
 
     def judge(self, places: dict, nodes_alive: set[str], now: float) -> list[tuple[object, Cost, BaseException]]:
         """The held episodes decided now, each with its cost and the death's error: a death on a
@@ -178,6 +196,7 @@ class ReplicaWaits:
                 self._give(item, elapsed)
             elif waits or bounced & item.replicas:  # first seen waiting: the node's death may have been seen late
                 self._give(item, min(self.DETECTION_S + (elapsed if not waits else 0.0), now - item.started))
+            item.met_outage = item.met_outage or waits or bool(bounced & item.replicas)
             if not waits:
                 item.waited_s = 0.0  # the outage is over: the next one gets its own timeout_s
             item.waiting = waits
