@@ -254,7 +254,7 @@ UNCREDITED_RECOVERY = (835, 1186)
 def test_a_timeout_after_a_replica_death_under_the_episode_is_not_charged(monkeypatch):
     """Now the first timeout of an episode that met an outage of its replicas reruns it for free
     (policy.EpisodeTimeout); without that rule both seeds charge an attempt again."""
-    assert {seed: sim.run(seed).violations for seed in UNCREDITED_RECOVERY} == dict.fromkeys(UNCREDITED_RECOVERY, [])
+    assert {seed: sim.run(seed).violations for seed in UNCREDITED_RECOVERY} == {seed: [] for seed in UNCREDITED_RECOVERY}
     monkeypatch.setattr(policy.FailurePolicy, "_outage_timed_out", lambda self, item, exc: False)
     for seed in UNCREDITED_RECOVERY:
         assert any(v.startswith("no charge for infrastructure") for v in sim.run(seed).violations), seed
