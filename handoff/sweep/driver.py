@@ -81,7 +81,7 @@ class Inflight:
     replicas: set = field(default_factory=set)  # actor ids of the engine replicas it may use (policy.ReplicaWaits)
     waited_s: float = 0.0  # time credited for waiting on a replica down
     waiting: bool = False  # one of its replicas was down at the last look
-    met_outage: bool = False  # one of its replicas was down or restarted while it ran (policy.EpisodeTimeout)
+    met_outage: bool = False  # one of its replicas was down, restarted or recovering while it ran (policy.EpisodeTimeout)
 
 
 @dataclass

@@ -162,3 +162,19 @@ def test_a_timeout_after_an_outage_under_the_episode_is_rerun_once_for_free():
     assert policy.cost(item(1), timeout, 0.0) is Cost.ATTEMPT
     assert policy.cost(item(2, met_outage=True), ValueError("bad tool call"), 0.0) is Cost.ATTEMPT
     assert policy.lost == 1
+
+
+def test_an_episode_dispatched_while_a_replica_recovers_has_met_its_outage():
+    """A replica seen down at t=40 and back at t=42: an episode dispatched at t=90 on its engines never
+    saw it down, but may wait behind its suspects' turns alone; within timeout_s of the outage it counts
+    as having met it, later not, nor on other engines."""
+    waits = ReplicaWaits(timeout_s=100)
+    waits.credit([], {"b"}, 40.0, paused=False)
+    waits.credit([], set(), 42.0, paused=False)
+    late, other = (SimpleNamespace(replicas={r}, started=90.0, waited_s=0.0, waiting=False, met_outage=False)
+                   for r in ("b", "c"))
+    waits.credit([late, other], set(), 92.0, paused=False)
+    assert late.met_outage and not other.met_outage and late.started == 90.0
+    after = SimpleNamespace(replicas={"b"}, started=150.0, waited_s=0.0, waiting=False, met_outage=False)
+    waits.credit([after], set(), 152.0, paused=False)
+    assert not after.met_outage
