@@ -1,7 +1,8 @@
 """The clock the sweep's timers read and wait on (the driver's outage clocks and episode timeouts, the
-rolling schedule's load timeouts, the engine client's request deadlines). The real one is `time`'s;
-the deterministic simulator (tests/sim) puts a virtual one in its place with `use`, so that a fault
-schedule runs the real dispatch code in milliseconds, never sleeping."""
+rolling schedule's load timeouts, the engine client's request deadlines, the engine host's admission
+times). The real one is `time`'s; the deterministic simulator (tests/support/sim.py) puts a virtual one
+in its place with `use`, so that a fault schedule runs the real dispatch code in milliseconds, never
+sleeping."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
-from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks, ReplicaWaits
+from handoff.sweep.policy import Cost, EpisodeTimeout, FailurePolicy, OutageClocks, ReplicaWaits
 from handoff.sweep.pool import EnginePool, Placement, RayPlacement
 from handoff.sweep.progress import Progress, requests_of
 from handoff.sweep.rundir import SweepRun
@@ -84,6 +84,7 @@ class Inflight:
     replicas: set = field(default_factory=set)  # actor ids of the engine replicas it may use (policy.ReplicaWaits)
     waited_s: float = 0.0  # time credited for waiting on a replica down
     waiting: bool = False  # one of its replicas was down at the last look
+    met_outage: bool = False  # one of its replicas was down, restarted or recovering while it ran (policy.EpisodeTimeout)
 
 
 @dataclass
@@ -453,7 +454,7 @@ class Driver:
                         inflight.pop(ref)
                         self._release(item)
                         placement.finished(item.slot, None)
-                        self._failed(item, TimeoutError(f"episode ran over {self.cfg.episode_timeout_s}s"),
+                        self._failed(item, EpisodeTimeout(f"episode ran over {self.cfg.episode_timeout_s}s"),
                                      placement, bar)
         bar.poll(self.ray, self._replicas(placement, user, live), wait=True)
 

@@ -274,7 +274,7 @@ class EngineHost:
                 self._lease.cancel()
         else:
             await self._lane.enter()
-        self._admitted[request_id] = time.monotonic()  # let in: its time counts (again once a load is done)
+        self._admitted[request_id] = clock.monotonic()  # let in: its time counts (again once a load is done)
         try:
             return await self._generate(prompt_ids, sampling, request_id, checkpoint, label)
         finally:
@@ -286,7 +286,7 @@ class EngineHost:
         for loaded): what its engine.request_timeout_s counts; None while it waits for its lane (a
         suspect running alone, or its own turn alone)."""
         since = self._admitted.get(request_id)
-        return None if since is None else time.monotonic() - since
+        return None if since is None else clock.monotonic() - since
 
     async def _generate(self, prompt_ids: list[int], sampling: dict, request_id: str, checkpoint: dict | None,
                         label: list[str] | None) -> dict:
@@ -294,7 +294,7 @@ class EngineHost:
         started = time.monotonic()
         try:
             engine = await self._ensure(expected)
-            self._admitted[request_id] = time.monotonic()  # a restarted replica's load was not its time
+            self._admitted[request_id] = clock.monotonic()  # a restarted replica's load was not its time
         except StaleCheckpoint:
             raise
         except Exception:

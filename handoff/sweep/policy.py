@@ -3,6 +3,9 @@
 - `FailurePolicy`: what a failed episode costs (failures.classify and the worker deaths' verdicts),
   the attempts of each shard, and the poison rule: an episode whose worker died under it
   SUSPECT_DEATHS times on a healthy node runs on a worker of its own, where each death costs an attempt.
+  An episode that ran over episode_timeout_s while one of its replicas was down, restarted or had
+  been down within `engine.load_timeout_s` (its suspects' turns alone) is rerun once for free
+  (`EpisodeTimeout`, `Inflight.met_outage`).
 - `OutageClocks`: how long dispatch has been paused (the user simulator's engines, every agent engine
   set or every worker down) and how long some checkpoints have been stranded (queued episodes no
   engine alive can take while the other slots go on); each expires after engine.load_timeout_s of its own.
@@ -10,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -25,6 +29,10 @@ class Cost(str, Enum):
     HELD = "held"  # its worker died: held until its node's verdict (FailurePolicy.judge)
 
 
+class EpisodeTimeout(TimeoutError):
+    """The driver gave an episode up: it ran over episode_timeout_s."""
+
+
 class FailurePolicy:
     SUSPECT_DEATHS = 2  # an episode whose worker died under it this often (on a healthy node) runs alone
 
@@ -36,6 +44,7 @@ class FailurePolicy:
         self.alone: set[int] = set()  # workers running a suspect episode and nothing else
         self.failures = 0  # episode failures charged
         self.lost = 0  # episodes resubmitted for free
+        self.timed_out_after_outage: set = set()  # (shard id, episode key) rerun for free after a timeout
 
     def reset(self) -> None:
         """A new dispatch: no worker is kept for a suspect and no death awaits a verdict (what an earlier
@@ -65,10 +74,22 @@ class FailurePolicy:
         if fault.of_worker:
             self.deaths.died(item.worker, fault, item.place, item, now, exc)
             return Cost.HELD
-        if fault is Fault.INFRASTRUCTURE:
+        if fault is Fault.INFRASTRUCTURE or self._outage_timed_out(item, exc):
             self.lost += 1
             return Cost.NOTHING
         return Cost.ATTEMPT
+
+    def _outage_timed_out(self, item, exc: BaseException) -> bool:
+        """Whether `item` ran over episode_timeout_s while a replica of its engines was down, restarted or
+        recovering (ReplicaWaits), the first time: its clock was credited the time the replica was seen
+        down, not the requests the death lost nor its suspects' turns alone after it
+        (engines.RayEngineClient), so the overrun may be the outage's. Once per episode: a hung episode
+        is charged the next time."""
+        key = self.key(item)
+        if not (isinstance(exc, EpisodeTimeout) and item.met_outage) or key in self.timed_out_after_outage:
+            return False
+        self.timed_out_after_outage.add(key)
+        return True
 
     def judge(self, places: dict, nodes_alive: set[str], now: float) -> list[tuple[object, Cost, BaseException]]:
         """The held episodes decided now, each with its cost and the death's error: a death on a
@@ -160,6 +181,7 @@ class ReplicaWaits:
         self.timeout_s = timeout_s
         self.last: float | None = None  # the previous look
         self.restarts: dict = {}  # replica -> its restarts at the previous look
+        self.down_at: dict = {}  # replica -> the last look that saw it down (or restarted since the look before)
 
     def credit(self, items, down: set, now: float, paused: bool, restarts: dict | None = None) -> None:
         """Look at the in-flight `items` (each with `replicas`, `started`, `waited_s`, `waiting`) with
@@ -170,6 +192,7 @@ class ReplicaWaits:
         restarts = restarts or {}
         bounced = {r for r, n in restarts.items() if n > self.restarts.get(r, n)}
         self.restarts = restarts
+        self.down_at |= dict.fromkeys(down | bounced, now)
         for item in items:
             waits = bool(down & item.replicas)
             if paused:
@@ -178,9 +201,15 @@ class ReplicaWaits:
                 self._give(item, elapsed)
             elif waits or bounced & item.replicas:  # first seen waiting: the node's death may have been seen late
                 self._give(item, min(self.DETECTION_S + (elapsed if not waits else 0.0), now - item.started))
+            item.met_outage = item.met_outage or self._recovering(item.replicas, now)
             if not waits:
                 item.waited_s = 0.0  # the outage is over: the next one gets its own timeout_s
             item.waiting = waits
+
+    def _recovering(self, replicas: set, now: float) -> bool:
+        """Whether one of `replicas` was down within the last `timeout_s`: its death's cost may not be
+        over (its suspects, resubmitted alone, take their turns one after the other once it is back)."""
+        return any(now - self.down_at.get(r, -math.inf) <= self.timeout_s for r in replicas)
 
     def _give(self, item, seconds: float) -> None:
         credit = max(0.0, min(seconds, self.timeout_s - item.waited_s))

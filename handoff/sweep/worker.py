@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from handoff.sweep.config import Checkpoint, SweepConfig
+from handoff.sweep.config import Checkpoint, EngineConfig, SweepConfig
 from handoff.sweep.engines import RayEngineClient
 from handoff.sweep.plan import Episode
 
@@ -30,6 +30,12 @@ class EngineRef:
     @property
     def name(self) -> str:
         return f"{self.role} engine {self.checkpoint.name}"
+
+
+def engine_client(engine: EngineConfig, ref: EngineRef, model: str) -> RayEngineClient:
+    """A client of `ref`'s replicas for an episode of checkpoint `model` (what they count requests under)."""
+    return RayEngineClient(ref.replicas, engine.request_timeout_s, ref.checkpoint, engine.load_timeout_s, ref.name,
+                           label=[model, ref.role])
 
 
 def _chat(tokenizer_path: str, chat_template: str | None):
@@ -113,10 +119,7 @@ class EpisodeWorker:
         return result.to_record(ep.model, step=ep.step, trial=ep.trial).model_dump(mode="json")
 
     def _client(self, ref: EngineRef, model: str) -> RayEngineClient:
-        """A client of `ref`'s replicas for an episode of checkpoint `model` (what they count requests under)."""
-        e = self.cfg.engine
-        return RayEngineClient(ref.replicas, e.request_timeout_s, ref.checkpoint, e.load_timeout_s, ref.name,
-                               label=[model, ref.role])
+        return engine_client(self.cfg.engine, ref, model)
 
     def _user_spec(self, user: EngineRef | None):
         from handoff.agent.user import UserSpec

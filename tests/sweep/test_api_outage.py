@@ -58,7 +58,7 @@ def run_sweep(run_dir, url: str) -> tuple[sim.Sim, list]:
                              retry_backoff_s=api.api.retry_backoff_s)
         return result.to_record(ep["model"], step=ep["step"], trial=ep["trial"]).model_dump(mode="json")
 
-    world = sim.Sim(schedule, "job", faults=False, bound_s=20 * OUTAGE_S, api_episode=episode)
+    world = sim.Sim(schedule, "job", faults=False, bound_s=20 * OUTAGE_S, cfg=cfg, mode=sim.STAND_IN, api_episode=episode)
     driver = Driver(cfg, SweepRun(run_dir), [api], shards, progress=False, placement=sim.Placement(world))
     charged = []
     original = Driver._charge

@@ -9,16 +9,17 @@ import ray.exceptions as rx
 
 from handoff.sweep.engines import EngineUnavailableError
 from handoff.sweep.failures import Place
-from handoff.sweep.policy import Cost, FailurePolicy, OutageClocks, ReplicaWaits
+from handoff.sweep.policy import Cost, EpisodeTimeout, FailurePolicy, OutageClocks, ReplicaWaits
 
 HEALTHY, LOST = "node-healthy", "node-lost"
 
 
-def item(trial: int, worker: int = 0, node: str = HEALTHY, alone: bool = False, attempt: int = 1):
+def item(trial: int, worker: int = 0, node: str = HEALTHY, alone: bool = False, attempt: int = 1,
+         met_outage: bool = False):
     """What the driver's Inflight holds of an episode of shard "s"."""
     st = SimpleNamespace(shard=SimpleNamespace(id="s"), attempt=1)
     return SimpleNamespace(state=st, episode=SimpleNamespace(key=("m", "retail", "0", trial)), worker=worker,
-                           place=Place("ALIVE", node, 0), alone=alone, attempt=attempt)
+                           place=Place("ALIVE", node, 0), alone=alone, attempt=attempt, met_outage=met_outage)
 
 
 def restarted(node: str = HEALTHY) -> dict:
@@ -131,7 +132,7 @@ def test_a_partial_outage_credits_its_waiting_episodes_at_most_the_load_timeout(
     requests fail for free by then), so an episode hung on its own still times out; none during a pause
     (the pause credits it)."""
     waits = ReplicaWaits(timeout_s=100)
-    episode = SimpleNamespace(replicas={"b"}, started=0.0, waited_s=0.0, waiting=False)
+    episode = SimpleNamespace(replicas={"b"}, started=0.0, waited_s=0.0, waiting=False, met_outage=False)
     for now in range(0, 400, 2):
         waits.credit([episode], {"b"}, float(now), paused=now >= 300)
     assert episode.started == 100.0 and episode.waited_s == 100.0
@@ -141,7 +142,39 @@ def test_a_replica_that_restarted_between_two_looks_counts_as_seen_down():
     """Never seen down (RESTARTING for less than a look), but its restart count rose: its episodes get
     the time since the last look and the node-detection allowance back; the others nothing."""
     waits = ReplicaWaits(timeout_s=100)
-    uses, other = (SimpleNamespace(replicas={r}, started=0.0, waited_s=0.0, waiting=False) for r in ("b", "c"))
+    uses, other = (SimpleNamespace(replicas={r}, started=0.0, waited_s=0.0, waiting=False, met_outage=False)
+                   for r in ("b", "c"))
     waits.credit([uses, other], set(), 40.0, paused=False, restarts={"b": 0, "c": 0})
     waits.credit([uses, other], set(), 42.0, paused=False, restarts={"b": 1, "c": 0})
     assert uses.started == 2.0 + ReplicaWaits.DETECTION_S and other.started == 0.0
+    assert uses.met_outage and not other.met_outage
+
+
+def test_a_timeout_after_an_outage_under_the_episode_is_rerun_once_for_free():
+    """A replica's death loses the requests it served and its suspects then run alone one by one, none
+    of which the outage credit covers: the first time an episode that met an outage of its replicas runs
+    over episode_timeout_s, it is rerun for free; the next time it is charged (a hung episode ends).
+    A timeout without an outage, or another error after one, costs an attempt."""
+    policy = FailurePolicy(max_attempts=3)
+    timeout = EpisodeTimeout("episode ran over 120.0s")
+    assert policy.cost(item(0, met_outage=True), timeout, 0.0) is Cost.NOTHING
+    assert policy.cost(item(0, met_outage=True), timeout, 0.0) is Cost.ATTEMPT
+    assert policy.cost(item(1), timeout, 0.0) is Cost.ATTEMPT
+    assert policy.cost(item(2, met_outage=True), ValueError("bad tool call"), 0.0) is Cost.ATTEMPT
+    assert policy.lost == 1
+
+
+def test_an_episode_dispatched_while_a_replica_recovers_has_met_its_outage():
+    """A replica seen down at t=40 and back at t=42: an episode dispatched at t=90 on its engines never
+    saw it down, but may wait behind its suspects' turns alone; within timeout_s of the outage it counts
+    as having met it, later not, nor on other engines."""
+    waits = ReplicaWaits(timeout_s=100)
+    waits.credit([], {"b"}, 40.0, paused=False)
+    waits.credit([], set(), 42.0, paused=False)
+    late, other = (SimpleNamespace(replicas={r}, started=90.0, waited_s=0.0, waiting=False, met_outage=False)
+                   for r in ("b", "c"))
+    waits.credit([late, other], set(), 92.0, paused=False)
+    assert late.met_outage and not other.met_outage and late.started == 90.0
+    after = SimpleNamespace(replicas={"b"}, started=150.0, waited_s=0.0, waiting=False, met_outage=False)
+    waits.credit([after], set(), 152.0, paused=False)
+    assert not after.met_outage

@@ -23,6 +23,7 @@ from handoff.records import read_shard
 from handoff.rundir import MANIFEST_VERSION, RunPaths
 from handoff.sweep.manifest import ResumeRefused
 from handoff.sweep.run import compose, run_sweep
+from tests.support import sim
 from tests.support.ray import kill_mid_run, recorded
 
 pytestmark = pytest.mark.ray
@@ -77,6 +78,30 @@ def test_uninterrupted_sweep_records_every_episode_once(baseline):
     # the scripted agent transfers, the scripted user stops: a real, evaluated tau2 episode
     assert {r[1] for r in results.values()} == {"user_stop"}
     assert all(any("transfer_to_human_agents" in m[2] for m in r[3]) for r in results.values())
+
+
+def test_the_fault_free_simulated_sweep_gives_the_real_scripted_sweeps_records(baseline, tmp_path):
+    """The same plan (config, checkpoints, shards and their seeds) on the deterministic simulator with no
+    fault injected (issue 48): each episode the real one (EpisodeWorker, tau2 and its evaluator, the
+    scripted engine on real EngineHosts through RayEngineClient), dispatched by the real driver on a
+    fake Ray. Every shard file is the real sweep's, record for record, field for field, but for what a
+    clock measured (sim.WALL_CLOCK) and the header's checksum and run uuid (sim.RUN_HEADER). The
+    comparison fails on a changed episode seed."""
+    run_dir, prepared, _ = baseline
+    outcome = sim.run_plan(prepared.sweep, prepared.ckpts, prepared.shards, tmp_path / "sim")
+    assert outcome.violations == [] and outcome.failed == {} and len(outcome.done) == 2
+    real = sim.shard_contents(run_dir)
+    assert len(real) == 2 and sum(len(records) for _, records in real.values()) == N_EPISODES
+    assert sim.shard_contents(tmp_path / "sim") == real
+
+    reseeded = [shard.model_copy(update={"episodes": [ep.model_copy(update={"seed": ep.seed + 1}) if i == 0 else ep
+                                                      for i, ep in enumerate(shard.episodes)]})
+                for shard in prepared.shards]
+    sim.run_plan(prepared.sweep, prepared.ckpts, reseeded, tmp_path / "reseeded")
+    changed = sim.shard_contents(tmp_path / "reseeded")
+    assert changed != real
+    assert [[r["seed"] for r in records] for _, records in changed.values()] != \
+        [[r["seed"] for r in records] for _, records in real.values()]
 
 
 def test_killed_worker_and_engines_mid_sweep(baseline, tmp_path):
