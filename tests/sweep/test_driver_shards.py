@@ -20,7 +20,7 @@ class Bar:
     def __init__(self):
         self.done = 0
 
-    def episode_done(self, name: str, requests: int | None = None) -> None:
+    def episode_done(self, name: str, requests: int | None = None, cost=None) -> None:  # Progress.episode_done
         self.done += 1
 
 
