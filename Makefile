@@ -92,7 +92,7 @@ test: setup $(TINY)
 
 # The quick lane while editing: no real engine, no Ray cluster, nothing marked slow. `make test` stays the gate.
 test-quick: setup $(TINY)
-	$(PY) -m pytest -m "not real_engine and not ray and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not real_engine and not ray and not slow" $(PYTEST_ARGS)
 
 sweep: setup
 	$(PY) -m handoff.sweep $(ARGS)
