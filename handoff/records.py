@@ -53,6 +53,11 @@ class Cost(BaseModel):
     tool_s: float = 0.0  # the tools' (the rest of wall_s: tau2's orchestration and the evaluation)
 
     @property
+    def engine_s(self) -> float:
+        """The agent's and the user's request time on the sweep's engines."""
+        return self.agent_engine_s + self.user_engine_s
+
+    @property
     def usd(self) -> float | None:
         """Agent and user dollars; None when either is unknown. A local engine's side costs no dollars:
         it is 0 when its note says `local engine`."""

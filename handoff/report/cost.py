@@ -23,7 +23,7 @@ from handoff.scoring import ScoredEpisode
 NO_COST = "n/a: recorded before shard schema version 2 (no cost fields)"
 UNITS: dict[str, Callable[[Cost], float | None]] = {
     "usd": lambda c: c.usd,
-    "engine_s": lambda c: c.agent_engine_s + c.user_engine_s,
+    "engine_s": lambda c: c.engine_s,
     "gpu_s": lambda c: c.gpu_s,
 }
 SUCCESSES: dict[str, Callable[[ScoredEpisode], bool]] = {

@@ -97,11 +97,10 @@ def episode_cost(cost: Cost | None) -> str:
     cached prompt tokens; n/a with the reason for a record without cost fields."""
     if cost is None:
         return NO_COST
-    engine_s = cost.agent_engine_s + cost.user_engine_s
     shown = {"usd": f"$ n/a ({cost.no_price})" if cost.usd is None else f"${cost.usd:.4f}",
-             "engine_s": f"{engine_s:.1f} engine-s (agent {cost.agent_engine_s:.1f}, user {cost.user_engine_s:.1f})",
+             "engine_s": f"{cost.engine_s:.1f} engine-s (agent {cost.agent_engine_s:.1f}, user {cost.user_engine_s:.1f})",
              "gpu_s": f"{cost.gpu_s:.1f} GPU-s"}
-    return "; ".join([*(shown[u] for u in cost_units(cost.usd, engine_s)),
+    return "; ".join([*(shown[u] for u in cost_units(cost.usd, cost.engine_s)),
                       f"wall time: agent {cost.agent_s:.1f} s, user {cost.user_s:.1f} s, tools {cost.tool_s:.1f} s",
                       f"cached prompt tokens: agent {cost.agent_cached_tokens:,}, user {cost.user_cached_tokens:,}"])
 

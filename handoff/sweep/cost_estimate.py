@@ -42,7 +42,7 @@ def estimate(seen: Seen) -> Estimate:
     usd = [c.usd for c in seen.costs]
     note = next((c.no_price for c in seen.costs if c.usd is None), "")
     return Estimate(seen.planned, None if note else mean(usd) * seen.planned,
-                    mean([c.agent_engine_s + c.user_engine_s for c in seen.costs]) * seen.planned,
+                    mean([c.engine_s for c in seen.costs]) * seen.planned,
                     mean([c.gpu_s for c in seen.costs]) * seen.planned, len(seen.costs), note)
 
 
