@@ -69,6 +69,8 @@ def _sweep_argv(argv: list[str]) -> list[str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from handoff.sweep.interrupt import latched_ctrl_c
+
     argv = sys.argv[1:] if argv is None else list(argv)
     hydra_argv = _sweep_argv(argv)
     if hydra_argv is not None:  # Hydra owns the sweep's command line: its arguments go there unchanged
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return sweep_main(hydra_argv, prog="handoff sweep")
     args = build_parser().parse_args(argv)
-    return exit_on_user_error("handoff", args.func, args)
+    with latched_ctrl_c():
+        return exit_on_user_error("handoff", args.func, args)
 
 
 if __name__ == "__main__":

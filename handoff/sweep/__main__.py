@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
 from handoff.errors import USER_ERROR_STATUS, HandoffError
-from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line
+from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line, latched_ctrl_c
 from handoff.sweep.run import CONF_DIR, compose, resume_dir, run_and_finish
 from handoff.sweep.suggest import check_overrides, print_conf_note
 from handoff.sweep.session import one_ray
@@ -97,7 +97,11 @@ def multirun_jobs(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None, prog: str = "python -m handoff.sweep") -> int:
     """Run Hydra on `argv` (default: sys.argv[1:]) and return the combined exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    with latched_ctrl_c():
+        return _main(sys.argv[1:] if argv is None else list(argv), prog)
+
+
+def _main(argv: list[str], prog: str) -> int:
     if argv[:1] == ["extend"] and len(argv) > 1:  # `handoff sweep extend RUN [overrides]`
         argv = [f"extend={argv[1]}", *argv[2:]]
     extend = resume_dir(argv, "extend")

@@ -47,6 +47,7 @@ from handoff.sweep.api_schedule import ApiOutages, ApiPlacement
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
+from handoff.sweep.interrupt import raise_if_pressed
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.policy import Cost, EpisodeTimeout, FailurePolicy, OutageClocks, ReplicaWaits
@@ -398,6 +399,7 @@ class Driver:
         self.policy.reset()
         live: Live | None = None
         while placement.has_work() or inflight or self.policy.deaths.pending:
+            raise_if_pressed()  # a Ctrl-C Python dropped (handoff.sweep.interrupt)
             if live is None or clock.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
                 self._judge_deaths(live, placement, bar)

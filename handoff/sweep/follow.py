@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 
 from handoff.rundir import Manifest
 from handoff.sweep.config import parse_step
-from handoff.sweep.interrupt import Interrupted
+from handoff.sweep.interrupt import Interrupted, raise_if_pressed
 from handoff.sweep.rundir import RunLocked, SweepRun
 
 VERL_MARKER = "latest_checkpointed_iteration.txt"
@@ -248,6 +248,7 @@ def _loop(run: SweepRun, base: list[str], watcher: Watcher, stop: Stop, poll_s: 
         if watcher.arrived.wait(poll_s):
             watcher.arrived.clear()
             last_new = time.monotonic()
+        raise_if_pressed()  # a Ctrl-C Python dropped (handoff.sweep.interrupt)
 
 
 def check_config(overrides: list[str]) -> list[str]:
