@@ -108,16 +108,3 @@ def cost_metrics(episodes: list[ScoredEpisode]) -> CostMetrics:
     return CostMetrics(n_costed=len(costed), **{unit: cost_stat(costed, unit) for unit in UNITS},
                        mean_tokens={k: _mean(v) for k, v in tokens.items()},
                        mean_wall_s={p: _mean([getattr(e.cost, f"{p}_s") for e in costed]) for p in ("agent", "user", "tool")})
-
-
-def total_line(reduction) -> str:
-    """The sweep summary's cost line: each checkpoint's total in dollars, engine- and GPU-seconds."""
-    parts = []
-    for name, _ in reduction.checkpoints():
-        cost = reduction.group(name).cost
-        if cost is None or cost.n_costed == 0:
-            parts.append(f"{name} n/a")
-            continue
-        usd = f"${cost.usd.total:.4f}" if cost.usd.total is not None else "$ n/a (no price)"
-        parts.append(f"{name} {usd}, {cost.engine_s.total:.1f} engine-s, {cost.gpu_s.total:.1f} GPU-s")
-    return "cost: " + "; ".join(parts) if parts else ""

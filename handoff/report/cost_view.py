@@ -30,6 +30,20 @@ def shown_units(cost: CostMetrics) -> list[str]:
     return cost_units(cost.usd.total, cost.engine_s.total or 0.0)
 
 
+def total_line(reduction) -> str:
+    """The sweep summary's cost line: each checkpoint's total in its units (as the report's)."""
+    parts = []
+    for name, _ in reduction.checkpoints():
+        cost = reduction.group(name).cost
+        if cost is None or cost.n_costed == 0:
+            parts.append(f"{name} n/a")
+            continue
+        shown = {"usd": "$ n/a (no price)" if cost.usd.total is None else f"${cost.usd.total:.4f}",
+                 "engine_s": f"{cost.engine_s.total:.1f} engine-s", "gpu_s": f"{cost.gpu_s.total:.1f} GPU-s"}
+        parts.append(f"{name} " + ", ".join(shown[u] for u in shown_units(cost)))
+    return "cost: " + "; ".join(parts) if parts else ""
+
+
 def amount(iv: Interval, digits: int) -> str:
     """`0.0250 [0.0150, 0.0350]`, without an interval where there is none; n/a without a value."""
     if iv.value is None:

@@ -357,8 +357,8 @@ def _headline(paths: dict, run_dir: Path) -> list[str]:
 
 
 def _cost_line(prepared: Prepared) -> list[str]:
-    """The sweep's total cost per checkpoint (handoff.report.cost), once the run is reduced."""
-    from handoff.report.cost import total_line
+    """The sweep's total cost per checkpoint (handoff.report.cost_view), once the run is reduced."""
+    from handoff.report.cost_view import total_line
     from handoff.report.reducer import Reduction
 
     try:

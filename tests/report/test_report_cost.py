@@ -74,12 +74,12 @@ def test_compare_json_carries_each_sides_cost_api_model_against_checkpoint(tmp_p
 
 
 def test_the_summary_states_each_checkpoints_total(tmp_path):
-    from handoff.report.cost import total_line
+    from handoff.report.cost_view import total_line
 
     run = write_records(tmp_path / "run", {"a-0": records("api", API), "b-0": records("local", LOCAL),
                                            "d-0": records("old", None)}, "c")
     line = total_line(reduce_run(run))
-    assert "api $0.1000, 0.0 engine-s, 0.0 GPU-s" in line and "local $0.0000, 12.0 engine-s, 24.0 GPU-s" in line
+    assert "api $0.1000;" in line and "local 12.0 engine-s, 24.0 GPU-s;" in line  # the report's units
     assert "old n/a" in line
 
 

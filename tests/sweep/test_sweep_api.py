@@ -34,7 +34,7 @@ def test_api_model_and_checkpoint_in_one_sweep(tiny_hermes_server, tmp_path):
     run_dir = tmp_path / "run"
     proc = mixed_sweep(run_dir, tiny_hermes_server)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "cost: api-tiny $ n/a (no price), 0.0 engine-s, 0.0 GPU-s; tiny-hermes $ n/a (no price)" in proc.stdout
+    assert "cost: api-tiny $ n/a (no price); tiny-hermes $ n/a (no price), " in proc.stdout
     assert "[plan] cost estimate: api-tiny $ n/a (no price) for its 2 planned episodes" in proc.stderr
     assert "[plan] cost estimate: tiny-hermes $ n/a (no price), ~" in proc.stderr  # and its engine-seconds
     records = [r for p in sorted(RunPaths(run_dir).shards_dir.glob("*.jsonl")) for r in read_shard(p)]
