@@ -78,7 +78,7 @@ def conf_note(conf_dir: Path, cwd: Path) -> str | None:
     here = cwd / "conf"
     if here.resolve() == conf_dir.resolve():
         return None
-    unused = f"; ./conf here is not read" if here.is_dir() else ""
+    unused = "; ./conf here is not read" if here.is_dir() else ""
     return f"handoff sweep: reading the config from {conf_dir} (handoff's own, not the current directory's){unused}"
 
 

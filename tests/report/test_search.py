@@ -14,7 +14,7 @@ from handoff.cli import main
 from handoff.records import read_shard
 from handoff.report import reduce_run, write_report
 from handoff.rundir import RunDir, RunPaths
-from handoff.testing.synthetic import Behavior, add_shard, sample_tasks, write_run
+from handoff.testing.synthetic import Behavior, add_shard, write_run
 from tests.support import browser
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-trajectories"
