@@ -10,6 +10,7 @@ import os
 import sys
 
 import handoff
+from handoff.ctrl_c import latched_ctrl_c
 from handoff.errors import HandoffError, exit_on_user_error
 
 # Subcommands in workflow order; each module adds its own through `register` (a keyword's module
@@ -69,8 +70,6 @@ def _sweep_argv(argv: list[str]) -> list[str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from handoff.sweep.interrupt import latched_ctrl_c
-
     argv = sys.argv[1:] if argv is None else list(argv)
     hydra_argv = _sweep_argv(argv)
     if hydra_argv is not None:  # Hydra owns the sweep's command line: its arguments go there unchanged

@@ -26,8 +26,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import handoff  # noqa: F401 - environment for tau2/Ray (litellm cost map, usage stats off)
+from handoff.ctrl_c import latched_ctrl_c
 from handoff.errors import USER_ERROR_STATUS, HandoffError
-from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line, latched_ctrl_c
+from handoff.sweep.interrupt import INTERRUPTED_STATUS, interrupted_line
 from handoff.sweep.run import CONF_DIR, compose, resume_dir, run_and_finish
 from handoff.sweep.suggest import check_overrides, print_conf_note
 from handoff.sweep.session import one_ray

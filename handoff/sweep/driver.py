@@ -41,13 +41,13 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
+from handoff.ctrl_c import raise_if_pressed
 from handoff.records import EpisodeRecord
 from handoff.sweep import clock
 from handoff.sweep.api_schedule import ApiOutages, ApiPlacement
 from handoff.sweep.config import Checkpoint, ConfigError, SweepConfig, user_checkpoint
 from handoff.sweep.engines import Place, actor_place, nodes_alive
 from handoff.sweep.failures import ShardFailure, classify
-from handoff.sweep.interrupt import raise_if_pressed
 from handoff.sweep.logs import error_key, log_dir, plain, traceback_excerpt
 from handoff.sweep.plan import Episode, Shard
 from handoff.sweep.policy import Cost, EpisodeTimeout, FailurePolicy, OutageClocks, ReplicaWaits
@@ -399,7 +399,7 @@ class Driver:
         self.policy.reset()
         live: Live | None = None
         while placement.has_work() or inflight or self.policy.deaths.pending:
-            raise_if_pressed()  # a Ctrl-C Python dropped (handoff.sweep.interrupt)
+            raise_if_pressed()  # a Ctrl-C Python dropped (handoff.ctrl_c)
             if live is None or clock.monotonic() >= live.checked + self.HEALTH_EVERY_S:
                 live = self._live(placement, user, inflight)
                 self._judge_deaths(live, placement, bar)

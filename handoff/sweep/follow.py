@@ -38,9 +38,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from handoff.ctrl_c import raise_if_pressed
 from handoff.rundir import Manifest
 from handoff.sweep.config import parse_step
-from handoff.sweep.interrupt import Interrupted, raise_if_pressed
+from handoff.sweep.interrupt import Interrupted
 from handoff.sweep.rundir import RunLocked, SweepRun
 
 VERL_MARKER = "latest_checkpointed_iteration.txt"
@@ -248,7 +249,7 @@ def _loop(run: SweepRun, base: list[str], watcher: Watcher, stop: Stop, poll_s: 
         if watcher.arrived.wait(poll_s):
             watcher.arrived.clear()
             last_new = time.monotonic()
-        raise_if_pressed()  # a Ctrl-C Python dropped (handoff.sweep.interrupt)
+        raise_if_pressed()  # a Ctrl-C Python dropped (handoff.ctrl_c)
 
 
 def check_config(overrides: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from handoff.ctrl_c import raise_if_pressed
 from handoff.errors import ConfigError
 from handoff.rundir import Manifest
 from handoff.sweep import preflight
@@ -33,7 +34,7 @@ from handoff.sweep.config import (
 )
 from handoff.sweep.driver import Driver, Summary, check_resources
 from handoff.sweep.extend import extend_hint, extended, with_recorded
-from handoff.sweep.interrupt import Interrupted, raise_if_pressed, resume_command
+from handoff.sweep.interrupt import Interrupted, resume_command
 from handoff.sweep.kept import placement as kept_placement
 from handoff.sweep.logs import log_dir
 from handoff.sweep.manifest import ResumeRefused, build, check_resumable, checkpoint_content
@@ -250,7 +251,7 @@ def run_and_finish(cfg: DictConfig, overrides: list[str]) -> tuple[Prepared, Sum
     prepared = prepare(cfg, overrides)
     try:
         summary = execute(prepared, progress=True)
-        raise_if_pressed()  # a Ctrl-C Python dropped as the last episodes ended (handoff.sweep.interrupt)
+        raise_if_pressed()  # a Ctrl-C Python dropped as the last episodes ended (handoff.ctrl_c)
         return prepared, summary, finish(prepared, summary)
     except KeyboardInterrupt:  # Ctrl-C: the engines, workers and Ray are down by now
         raise Interrupted(prepared.run.root, resume_command(prepared.run.root)) from None

@@ -1,4 +1,4 @@
-"""A Ctrl-C that Python drops still stops a follow and a sweep (handoff.sweep.interrupt).
+"""A Ctrl-C that Python drops still stops a follow and a sweep (handoff.ctrl_c).
 
 Python raises a Ctrl-C's KeyboardInterrupt wherever the main thread is; inside a weakref callback or a
 `__del__` it is printed as "Exception ignored" and lost. CI saw it: a follow, SIGINT'd while waiting
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from handoff.sweep.interrupt import latched_ctrl_c, raise_if_pressed
+from handoff.ctrl_c import latched_ctrl_c, raise_if_pressed
 
 
 class _DiesPressingCtrlC:
